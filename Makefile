@@ -1,0 +1,32 @@
+# extproxy: make run (serve on HOST:PORT), make test (the whole suite), make bench.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+PYTHON ?= python3
+
+.PHONY: setup run test bench migrate clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+setup: $(VENV)/.installed
+
+migrate: setup
+	$(PY) manage.py migrate --noinput -v 0
+
+run: migrate
+	$(PY) manage.py bootstrap
+	exec $(VENV)/bin/uvicorn extproxy.asgi:application --host $(HOST) --port $(PORT) \
+		--loop uvloop --http httptools --no-access-log --lifespan on
+
+test: setup
+	$(VENV)/bin/pytest
+
+bench: migrate
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) var

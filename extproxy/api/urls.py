@@ -1,0 +1,15 @@
+"""API routes, namespaced "api"."""
+from django.urls import include, path
+from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.routers import DefaultRouter
+
+from .views import CallViewSet
+
+app_name = "api"
+router = DefaultRouter()
+router.register("calls", CallViewSet, basename="call")
+
+urlpatterns = [
+    path("auth/token/", obtain_auth_token, name="token"),
+    path("", include(router.urls)),
+]

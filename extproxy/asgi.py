@@ -1,0 +1,63 @@
+"""The ASGI stack in one expression: extender hot path, websockets, then Django.
+
+A bad configuration file stops start-up here with the field and the reason.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "extproxy.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from dashboard.auth import TokenAuthMiddleware  # noqa: E402
+from dashboard.routing import websocket_urlpatterns  # noqa: E402
+
+from .config import ConfigError  # noqa: E402
+from .engine import get_engine  # noqa: E402
+from .views import PREFIX, extender_app  # noqa: E402
+
+
+async def http_app(scope, receive, send):
+    if scope["path"].startswith(PREFIX):
+        await extender_app(scope, receive, send)
+    else:
+        await django_app(scope, receive, send)
+
+
+async def lifespan_app(scope, receive, send):
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            engine = get_engine()
+            await engine.close()
+            engine.recorder.stop()  # writes what is queued before the process ends
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+application = ProtocolTypeRouter(
+    {
+        "http": http_app,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
+        ),
+        "lifespan": lifespan_app,
+    }
+)
+
+if os.environ.get("EXTPROXY_SKIP_CONFIG_CHECK") != "1":
+    try:
+        get_engine()
+    except ConfigError as exc:
+        print(f"extproxy: bad configuration: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,108 @@
+"""The built-in policy module as a backend: answers extender calls in-process.
+
+Filter and prioritize need full Node objects (nodeCacheCapable: false, the default for a
+policy backend); registered with names only, filter fails with a clear Error (a node cache
+from the Kubernetes API comes with the combined form). Bind goes
+through the Kubernetes API (pods/binding) in a worker thread and is entered in the policy's
+ledger. The policy's own errors never escape: a bad request is the protocol's error answer.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+
+from .. import kube, protocol
+from ..config import BackendConfig
+from ..policies import Policy
+from .base import Backend, Exchange, now
+
+_POD_MEMORY = 10_000  # pods remembered between filter and bind, for the ledger
+
+
+class PolicyBackend(Backend):
+    def __init__(self, config: BackendConfig, policy: Policy) -> None:
+        super().__init__(config)
+        self.policy = policy
+        self._pods: OrderedDict[str, dict] = OrderedDict()
+        self._lock = threading.Lock()
+
+    async def exchange(self, verb: str, verb_string: str, body: bytes) -> Exchange:
+        started = now()
+        try:
+            if verb == "filter":
+                data = self._filter(body)
+            elif verb == "prioritize":
+                data = self._prioritize(body)
+            elif verb == "preempt":
+                data = self._preempt(body)
+            else:
+                data = await self._bind(body)
+        except protocol.ProtocolError as exc:
+            return self._refuse(verb, started, f"bad request: {exc}")
+        return Exchange(started, now(), 200, data)
+
+    def _refuse(self, verb: str, started: float, reason: str) -> Exchange:
+        reason = reason.replace("%", " percent")
+        if verb in ("filter", "bind"):
+            return Exchange(started, now(), 200, protocol.encode_binding_result(protocol.BindingResult(error=reason)), permanent=True)
+        return Exchange(started, now(), 400, reason.encode(), "text/plain; charset=utf-8", permanent=True)
+
+    def _remember(self, pod: dict) -> None:
+        uid = protocol.pod_identity(pod)[2]
+        if uid:
+            with self._lock:
+                self._pods[uid] = pod
+                self._pods.move_to_end(uid)
+                while len(self._pods) > _POD_MEMORY:
+                    self._pods.popitem(last=False)
+
+    def _filter(self, body: bytes) -> bytes:
+        args = protocol.decode_extender_args(body)
+        self._remember(args.pod)
+        if args.nodes is None:
+            return protocol.encode_filter_result(
+                protocol.FilterResult(None, None, {}, {}, "policy backends need full Node objects: register with nodeCacheCapable: false")
+            )
+        outcome = self.policy.filter(args.pod, args.nodes)
+        passed = set(outcome.passed)
+        # Hand back the scheduler's own objects, unchanged (reference 5.5).
+        kept = [n for n in args.nodes if (n.get("metadata") or {}).get("name") in passed]
+        return protocol.encode_filter_result(
+            protocol.FilterResult(kept, None, outcome.failed, outcome.unresolvable, "")
+        )
+
+    def _prioritize(self, body: bytes) -> bytes:
+        args = protocol.decode_extender_args(body)
+        if args.nodes is None:
+            return protocol.encode_host_priority_list([])
+        scores = self.policy.prioritize(args.pod, args.nodes)
+        return protocol.encode_host_priority_list([protocol.HostPriority(h, s) for h, s in scores.items()])
+
+    def _preempt(self, body: bytes) -> bytes:
+        args = protocol.decode_preemption_args(body)
+        if args.node_to_victims is not None:
+            given = {node: v.pods for node, v in args.node_to_victims.items()}
+            pdb = {node: v.num_pdb_violations for node, v in args.node_to_victims.items()}
+        else:
+            meta = args.node_to_meta_victims or {}
+            given = {node: [{"metadata": {"uid": uid}} for uid in mv.pods] for node, mv in meta.items()}
+            pdb = {node: mv.num_pdb_violations for node, mv in meta.items()}
+        kept = self.policy.preempt(args.pod, given)
+        result = {
+            node: protocol.MetaVictims([protocol.pod_identity(p)[2] for p in victims], pdb.get(node, 0))
+            for node, victims in kept.items()
+        }
+        return protocol.encode_preemption_result(protocol.PreemptionResult(result))
+
+    async def _bind(self, body: bytes) -> bytes:
+        args = protocol.decode_binding_args(body)
+        try:
+            await asyncio.to_thread(kube.bind_pod, args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except kube.KubeError as exc:
+            return protocol.encode_binding_result(protocol.BindingResult(error=str(exc).replace("%", " percent")))
+        with self._lock:
+            pod = self._pods.pop(args.pod_uid, None)
+        if pod is not None:
+            self.policy.record_binding(pod, args.node)
+        return protocol.encode_binding_result(protocol.BindingResult(error=""))

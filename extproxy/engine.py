@@ -1,0 +1,116 @@
+"""Runs one verb against the configured backends and returns (answer, Trace).
+
+Per-backend form: the call goes to that one backend and its answer goes back unchanged, same
+status and bytes. When the backend gives no answer (refused, reset, timed out), extproxy
+answers what makes the scheduler do what it does for a failed call to that backend: for
+filter and bind a 200 whose `Error` says what happened (the scheduler fails the call with
+that text, and an ignorable backend is skipped, exactly as for a transport error); for
+prioritize and preempt, whose replies have no Error field, a 502/504 with the reason.
+The engine holds the backends and the recorder for the process.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import msgspec
+
+from . import metrics
+from .backends import Backend, Exchange, build_backend
+from .config import ProxyConfig, load_config
+from .recorder import Recorder, Trace
+
+log = logging.getLogger(__name__)
+
+VERBS = ("filter", "prioritize", "bind", "preempt")
+
+
+@dataclass(slots=True)
+class Answer:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+def error_text(backend: str, reason: str) -> str:
+    # The scheduler uses Error as a Go format string: a '%' would come out garbled.
+    return f"extproxy: backend {backend}: {reason}".replace("%", " percent")
+
+
+def failure_answer(verb: str, backend: str, exchange: Exchange) -> Answer:
+    text = error_text(backend, exchange.error or "no answer")
+    if verb in ("filter", "bind"):
+        return Answer(200, msgspec.json.encode({"Error": text}))
+    return Answer(504 if exchange.timed_out else 502, text.encode(), "text/plain; charset=utf-8")
+
+
+class Engine:
+    def __init__(self, config: ProxyConfig, recorder: Recorder) -> None:
+        from .policies import default_policy, parse_policy
+
+        self.config = config
+        self.recorder = recorder
+        if config.kind == "default":
+            policies = {name: default_policy() for name in config.policies}
+        else:
+            policies = {name: parse_policy(name, data) for name, data in config.policies.items()}
+        self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
+
+    async def per_backend(self, backend: Backend, verb: str, verb_string: str, body: bytes) -> Answer:
+        exchange = await backend.exchange(verb, verb_string, body)
+        if exchange.status is None:
+            answer = failure_answer(verb, backend.name, exchange)
+        else:
+            answer = Answer(exchange.status, exchange.body, exchange.content_type or "application/json")
+        metrics.BACKEND_DURATION.labels(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
+        self.recorder.submit(
+            Trace(
+                verb=verb,
+                backend=backend.name,
+                url=backend.config.url_prefix or f"policy:{backend.config.policy}",
+                verb_string=verb_string,
+                started_at=exchange.started_at,
+                finished_at=exchange.finished_at,
+                request_body=body,
+                status=exchange.status,
+                response_body=exchange.body,
+                answered_status=answer.status,
+                answered_body=None if exchange.status is not None else answer.body,
+                transport_error=exchange.error,
+                timed_out=exchange.timed_out,
+                node_cache_capable=backend.config.node_cache_capable,
+                weight=backend.config.weight,
+            )
+        )
+        return answer
+
+    async def close(self) -> None:
+        for backend in self.backends.values():
+            await backend.close()
+
+
+_engine: Engine | None = None
+_engine_lock = threading.Lock()
+
+
+def get_engine() -> Engine:
+    """The process's engine, built from EXTPROXY_CONFIG on first use."""
+    global _engine
+    with _engine_lock:
+        if _engine is None:
+            from django.conf import settings
+
+            config = load_config(settings.EXTPROXY_CONFIG or None)
+            recorder = Recorder(config.recording, config.redaction)
+            _engine = Engine(config, recorder)
+            log.info("extproxy: %d backend(s) from %s", len(_engine.backends), config.source)
+        return _engine
+
+
+def set_engine(engine: Engine | None) -> Engine | None:
+    """Install another engine (tests, reload); returns the previous one."""
+    global _engine
+    with _engine_lock:
+        previous, _engine = _engine, engine
+        return previous

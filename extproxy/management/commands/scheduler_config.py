@@ -1,0 +1,120 @@
+"""`manage.py scheduler_config`: the `extenders:` section that points kube-scheduler at this proxy.
+
+Per-backend form (the default): one entry per configured backend, identical to the backend's own
+entry except that `urlPrefix` becomes `<scheme>://HOST:PORT/extender/<backend-name>`, so the
+scheduler's behaviour (weights, managedResources, nodeCacheCapable, ignorable, order) is unchanged.
+The backend's own TLS settings are for the proxy's connection to the backend and never printed;
+`enableHTTPS`/`tlsConfig` describe the scheduler's connection to the proxy and appear only with
+`--scheme https`.
+
+Reads the configuration through `extproxy.config.load_config`; prints, writes nothing.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from extproxy.config import SUPPORTED_API_VERSIONS, BackendConfig, ConfigError, ProxyConfig, load_config
+
+
+class Command(BaseCommand):
+    help = "Print the extenders section of a KubeSchedulerConfiguration that points kube-scheduler at this proxy."
+    # Prints configuration only; it must work (and stay pipeable) whatever the rest of the project's state.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=None,
+                            help="host the scheduler reaches the proxy at (default: $HOST or 127.0.0.1)")
+        parser.add_argument("--port", default=None,
+                            help="port the scheduler reaches the proxy at (default: $PORT or 8000)")
+        parser.add_argument("--scheme", choices=("http", "https"), default="http",
+                            help="scheme of the proxy's URL; https adds enableHTTPS and tlsConfig")
+        parser.add_argument("--tls-ca-file", default="",
+                            help="with --scheme https: CA file the scheduler verifies the proxy with")
+        parser.add_argument("--tls-server-name", default="",
+                            help="with --scheme https: server name (SNI) the scheduler verifies")
+        parser.add_argument("--combined", action="store_true",
+                            help="one entry for the proxy's combined endpoints instead of one per backend")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            config = load_config(getattr(settings, "EXTPROXY_CONFIG", ""))
+        except ConfigError as exc:
+            raise CommandError(str(exc)) from None
+        if options["combined"]:
+            # ---- PLACEHOLDER: --combined (implemented by someone else) -------------------------
+            # Must derive one entry (managedResources, nodeCacheCapable, bindVerb, preemptVerb,
+            # ignorable, httpTimeout) from all backends, or refuse with the reason (DESIGN.md).
+            raise CommandError("--combined: not implemented yet")
+            # ---- END PLACEHOLDER ---------------------------------------------------------------
+        base = proxy_base_url(options["scheme"], options["host"], options["port"])
+        tls = tls_entry(options) if options["scheme"] == "https" else None
+        self.stdout.write(render_per_backend(config, base, tls), ending="")
+
+
+def proxy_base_url(scheme: str, host: str | None, port: str | int | None) -> str:
+    host = host or os.environ.get("HOST") or "127.0.0.1"
+    port = port or os.environ.get("PORT") or "8000"
+    try:
+        port_number = int(port)
+    except (TypeError, ValueError):
+        raise CommandError(f"--port: {port!r} is not a port number") from None
+    if not 0 < port_number < 65536:
+        raise CommandError(f"--port: {port_number} is out of range 1-65535")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal
+    return f"{scheme}://{host}:{port_number}/extender"
+
+
+def tls_entry(options: dict[str, Any]) -> dict[str, Any]:
+    tls: dict[str, Any] = {}
+    if options.get("tls_server_name"):
+        tls["serverName"] = options["tls_server_name"]
+    if options.get("tls_ca_file"):
+        tls["caFile"] = options["tls_ca_file"]
+    return tls
+
+
+def extender_entry(backend: BackendConfig, base: str, tls: dict[str, Any] | None) -> dict[str, Any]:
+    """The backend's scheduler entry, pointed at the proxy; field order as in config/v1."""
+    entry: dict[str, Any] = {"urlPrefix": f"{base}/{backend.name}"}
+    for key, value in (("filterVerb", backend.filter_verb), ("preemptVerb", backend.preempt_verb),
+                       ("prioritizeVerb", backend.prioritize_verb)):
+        if value:
+            entry[key] = value
+    if backend.weight:
+        entry["weight"] = backend.weight
+    if backend.bind_verb:
+        entry["bindVerb"] = backend.bind_verb
+    if tls is not None:
+        entry["enableHTTPS"] = True
+        if tls:
+            entry["tlsConfig"] = dict(tls)
+    if backend.http_timeout_raw:
+        entry["httpTimeout"] = backend.http_timeout_raw
+    entry["nodeCacheCapable"] = backend.node_cache_capable
+    if backend.managed_resources:
+        entry["managedResources"] = [
+            {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler} for r in backend.managed_resources
+        ]
+    entry["ignorable"] = backend.ignorable
+    return entry
+
+
+def render_per_backend(config: ProxyConfig, base: str, tls: dict[str, Any] | None) -> str:
+    lines = [
+        f"# extenders for a KubeSchedulerConfiguration (apiVersion {SUPPORTED_API_VERSIONS[0]}),",
+        f"# one per backend of {config.source}, each pointed at extproxy:",
+    ]
+    for backend in config.backends:
+        target = backend.url_prefix if backend.url_prefix else f"policy {backend.policy}"
+        lines.append(f"# backend {backend.name} <- {target}")
+    if tls is not None and "caFile" not in tls:
+        lines.append("# enableHTTPS without a CA: kube-scheduler will not verify the proxy's certificate")
+    entries = [extender_entry(b, base, tls) for b in config.backends]
+    body = yaml.safe_dump({"extenders": entries}, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return "\n".join(lines) + "\n" + body

@@ -1,0 +1,188 @@
+"""What is stored: one row per scheduler call, its backend calls, and content-addressed blobs.
+
+Bodies are stored compressed. A full-mode request's Node objects are stored once each, by the
+SHA-256 of their redacted JSON, in `NodeObject`; the request blob then holds references
+(`{"$node": "<sha256>"}`) in place of the items. Per-node decisions are stored as one
+compressed JSON document per call instead of one row per node: a 5000-node call would
+otherwise cost 5000 inserts on the recorder's write path. Timestamps, not durations
+(durations are derived).
+"""
+from __future__ import annotations
+
+from django.db import models
+
+
+class Verb(models.TextChoices):
+    FILTER = "filter"
+    PRIORITIZE = "prioritize"
+    BIND = "bind"
+    PREEMPT = "preempt"
+
+
+class Outcome(models.TextChoices):
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+class Form(models.TextChoices):
+    PER_BACKEND = "per-backend"
+    COMBINED = "combined"
+
+
+class NodeObject(models.Model):
+    """A distinct (redacted) Node object, stored once however many calls carried it."""
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    name = models.CharField(max_length=253, db_index=True)
+    data = models.BinaryField()  # zlib-compressed JSON
+    first_seen = models.DateTimeField(auto_now_add=True)
+
+
+class Call(models.Model):
+    """One request the scheduler made to extproxy (per-backend, or combined)."""
+
+    verb = models.CharField(max_length=16, choices=Verb.choices)
+    backend = models.CharField(max_length=63)  # a backend name, or "combined"
+    form = models.CharField(max_length=16, choices=Form.choices, default=Form.PER_BACKEND)
+    pod_namespace = models.CharField(max_length=253, blank=True, default="")
+    pod_name = models.CharField(max_length=253, blank=True, default="")
+    pod_uid = models.CharField(max_length=64, blank=True, default="")
+    # Links the calls of one pod's scheduling attempt (filter ... prioritize ... bind).
+    attempt = models.CharField(max_length=100, blank=True, default="", db_index=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    http_status = models.IntegerField(null=True)  # the backend's status; null: no answer
+    error = models.TextField(blank=True, default="")
+    node_count = models.IntegerField(default=0)
+    passed_count = models.IntegerField(default=0)
+    failed_count = models.IntegerField(default=0)
+    unresolvable_count = models.IntegerField(default=0)
+    findings = models.JSONField(default=list)
+    request_body = models.BinaryField()  # zlib-compressed; Node items replaced by references
+    response_body = models.BinaryField()  # zlib-compressed, as the backend sent it
+    response_status = models.IntegerField(null=True)  # what extproxy answered the scheduler
+    decisions_blob = models.BinaryField()  # zlib-compressed JSON list of decisions
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [
+            models.Index(fields=["-started_at", "-id"], name="call_newest"),
+            models.Index(fields=["pod_uid", "-started_at"], name="call_pod_uid"),
+            models.Index(fields=["pod_namespace", "pod_name", "-started_at"], name="call_pod"),
+            models.Index(fields=["backend", "verb", "-started_at"], name="call_backend_verb"),
+            models.Index(fields=["outcome", "-started_at"], name="call_outcome"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.backend} {self.pod_namespace}/{self.pod_name}"
+
+    def to_json(self, decisions: bool = False) -> dict:
+        return call_to_json(self, decisions)
+
+    def decisions(self) -> list[dict]:
+        return _decisions(self.decisions_blob)
+
+
+class BackendCall(models.Model):
+    """One backend's part in a combined call."""
+
+    call = models.ForeignKey(Call, related_name="backend_calls", on_delete=models.CASCADE)
+    backend = models.CharField(max_length=63)
+    verb = models.CharField(max_length=16, choices=Verb.choices)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    http_status = models.IntegerField(null=True)
+    error = models.TextField(blank=True, default="")
+    findings = models.JSONField(default=list)
+    request_body = models.BinaryField()
+    response_body = models.BinaryField()
+    decisions_blob = models.BinaryField()
+
+    class Meta:
+        ordering = ["started_at", "id"]
+
+
+def _iso(value) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def _decisions(blob: bytes) -> list[dict]:
+    import json
+    import zlib
+
+    return json.loads(zlib.decompress(bytes(blob))) if blob else []
+
+
+def _call_fields(obj) -> dict:
+    return {
+        "id": obj.id,
+        "verb": obj.verb,
+        "backend": obj.backend,
+        "started_at": _iso(obj.started_at),
+        "finished_at": _iso(obj.finished_at),
+        "duration_ms": round((obj.finished_at - obj.started_at).total_seconds() * 1000, 3),
+        "outcome": obj.outcome,
+        "http_status": obj.http_status,
+        "error": obj.error,
+    }
+
+
+def call_to_json(call: Call, decisions: bool = False) -> dict:
+    """The one JSON shape of a call: the REST API and the live stream both use it."""
+    data = _call_fields(call)
+    data.update(
+        {
+            "form": call.form,
+            "pod": {"namespace": call.pod_namespace, "name": call.pod_name, "uid": call.pod_uid},
+            "attempt": call.attempt,
+            "node_count": call.node_count,
+            "passed_count": call.passed_count,
+            "failed_count": call.failed_count,
+            "unresolvable_count": call.unresolvable_count,
+            "response_status": call.response_status,
+            "findings": call.findings,
+        }
+    )
+    if decisions:
+        data["decisions"] = _decisions(call.decisions_blob)
+        if call.form == Form.COMBINED:
+            data["backend_calls"] = [backend_call_to_json(b) for b in call.backend_calls.all()]
+    return data
+
+
+def backend_call_to_json(bc: BackendCall) -> dict:
+    data = _call_fields(bc)
+    data["findings"] = bc.findings
+    return data
+
+
+
+
+class ConfiguredBackend(models.Model):
+    """The backends of the loaded configuration, mirrored at start-up for the admin (read-only).
+
+    The configuration file is the truth; this table is rewritten from it by `bootstrap`.
+    """
+
+    name = models.CharField(max_length=63, primary_key=True)
+    position = models.IntegerField()
+    target = models.CharField(max_length=2048)  # urlPrefix, or "policy:<name>"
+    filter_verb = models.CharField(max_length=255, blank=True)
+    prioritize_verb = models.CharField(max_length=255, blank=True)
+    preempt_verb = models.CharField(max_length=255, blank=True)
+    bind_verb = models.CharField(max_length=255, blank=True)
+    weight = models.BigIntegerField(default=0)
+    http_timeout_seconds = models.FloatField(default=5.0)
+    node_cache_capable = models.BooleanField(default=False)
+    ignorable = models.BooleanField(default=False)
+    managed_resources = models.JSONField(default=list)
+    config_source = models.CharField(max_length=2048, blank=True)
+
+    class Meta:
+        ordering = ["position"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,17 @@
+"""URL routes of the human face (the extender endpoints are routed in asgi.py)."""
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from . import health
+
+urlpatterns = [
+    path("healthz", health.healthz),
+    path("readyz", health.readyz),
+    path("metrics", health.metrics_view),
+    path("admin/", admin.site.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/", include("extproxy.api.urls")),
+    path("", include("dashboard.urls")),
+]

@@ -1,0 +1,105 @@
+"""The extender endpoints, as a bare ASGI application in the scheduler's hot path.
+
+`POST /extender/<backend>/<verb>` (per-backend form). These requests bypass Django's request
+machinery on purpose: no middleware, no CSRF check (the scheduler sends no token), no
+APPEND_SLASH redirect (the Go client would turn it into a body-less GET), no thread hop. The
+body is read once, bounded by EXTPROXY_MAX_BODY_BYTES (413 above it, checked on
+Content-Length before reading and while reading). Every refusal is a 4xx with a reason.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Callable
+
+import msgspec
+
+from . import metrics
+from .engine import VERBS, Answer, get_engine
+from .recorder import channel_layer_publisher
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+PREFIX = "/extender/"
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionError("client went away")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+async def respond(send: Send, answer: Answer) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": answer.status,
+            "headers": [
+                (b"content-type", answer.content_type.encode("latin-1")),
+                (b"content-length", str(len(answer.body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+def refusal(status: int, reason: str, kind: str) -> Answer:
+    metrics.REJECTED.labels(kind).inc()
+    return Answer(status, msgspec.json.encode({"error": reason}))
+
+
+async def extender_app(scope: Scope, receive: Receive, send: Send) -> None:
+    started = time.perf_counter()
+    engine = get_engine()
+    engine.recorder.attach_publisher(lambda: channel_layer_publisher(asyncio.get_running_loop()))
+    backend_name, _, verb_string = scope["path"][len(PREFIX):].partition("/")
+    verb_string = verb_string.rstrip("/") if verb_string.endswith("/") else verb_string
+    backend = engine.backends.get(backend_name)
+    if not verb_string:
+        if backend_name in VERBS:
+            await respond(send, refusal(404, "the combined form is not available yet; use /extender/<backend>/<verb>", "combined"))
+        else:
+            await respond(send, refusal(404, f"no such endpoint: {scope['path']}", "path"))
+        return
+    if backend is None:
+        await respond(send, refusal(404, f"unknown backend {backend_name!r}; configured: {sorted(engine.backends)}", "backend"))
+        return
+    verb = backend.config.verb_name(verb_string)
+    if verb is None:
+        await respond(send, refusal(404, f"backend {backend_name!r} has no verb {verb_string!r}", "verb"))
+        return
+    if scope["method"] != "POST":
+        await respond(send, refusal(405, "extender calls are POST requests", "method"))
+        return
+    from django.conf import settings
+
+    try:
+        body = await read_body(scope, receive, settings.EXTPROXY_MAX_BODY_BYTES)
+    except BodyTooLarge:
+        limit = settings.EXTPROXY_MAX_BODY_BYTES
+        await respond(send, refusal(413, f"request body larger than {limit} bytes (EXTPROXY_MAX_BODY_BYTES)", "too-large"))
+        return
+    except ConnectionError:
+        return
+    answer = await engine.per_backend(backend, verb, verb_string, body)
+    await respond(send, answer)
+    metrics.REQUEST_DURATION.labels(backend_name, verb).observe(time.perf_counter() - started)

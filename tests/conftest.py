@@ -1,0 +1,226 @@
+"""Shared test machinery: real backend servers on loopback and a real extproxy server.
+
+Backends are stdlib HTTP servers in threads whose behaviour a test picks per verb. The proxy
+is uvicorn serving extproxy's ASGI application in a thread, with the engine built from a
+configuration file the test writes. The test database is an SQLite file, so the server
+thread, the recorder's writer thread and the test all see the same committed rows.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+os.environ.setdefault("EXTPROXY_SKIP_CONFIG_CHECK", "1")
+os.environ.setdefault(
+    "EXTPROXY_TEST_SQLITE_PATH", str(Path(tempfile.gettempdir()) / f"extproxy-test-{os.getpid()}.sqlite3")
+)
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def fixture_json(name: str) -> Any:
+    return json.loads(fixture_bytes(name))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- backends ----------------------------------------------------------------------------
+
+Behaviour = Callable[["BackendHandler", bytes], None]
+
+
+class BackendHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as a real extender would
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        self.server.received.append((self.path, body))  # type: ignore[attr-defined]
+        verb = self.path.rsplit("/", 1)[-1]
+        behaviour = self.server.behaviours.get(verb) or self.server.behaviours.get("*")  # type: ignore[attr-defined]
+        behaviour(self, body)
+
+    def answer(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def reply(status: int, body: bytes | str | Any, content_type: str = "application/json") -> Behaviour:
+    if not isinstance(body, (bytes, str)):
+        body = json.dumps(body)
+    data = body.encode() if isinstance(body, str) else body
+
+    def behave(handler: BackendHandler, _body: bytes) -> None:
+        handler.answer(status, data, content_type)
+
+    return behave
+
+
+def slow(seconds: float, then: Behaviour) -> Behaviour:
+    def behave(handler: BackendHandler, body: bytes) -> None:
+        time.sleep(seconds)
+        try:
+            then(handler, body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    return behave
+
+
+def hang_up(handler: BackendHandler, _body: bytes) -> None:
+    handler.close_connection = True
+    handler.connection.shutdown(socket.SHUT_RDWR)
+
+
+def pass_all(handler: BackendHandler, body: bytes) -> None:
+    """A well-behaved extender: every node passes, in the form the request used."""
+    args = json.loads(body)
+    if args.get("NodeNames") is not None:
+        result = {"Nodes": None, "NodeNames": args["NodeNames"], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    else:
+        result = {"Nodes": args["Nodes"], "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    handler.answer(200, json.dumps(result).encode())
+
+
+class BackendServer:
+    def __init__(self, behaviours: dict[str, Behaviour]) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), BackendHandler)
+        self.httpd.daemon_threads = True
+        self.httpd.behaviours = behaviours  # type: ignore[attr-defined]
+        self.httpd.received = []  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    @property
+    def received(self) -> list[tuple[str, bytes]]:
+        return self.httpd.received  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def backend_server():
+    servers: list[BackendServer] = []
+
+    def start(behaviours: dict[str, Behaviour]) -> BackendServer:
+        server = BackendServer(behaviours)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+# --- the proxy ---------------------------------------------------------------------------
+
+
+class ProxyServer:
+    def __init__(self, config_path: str | None) -> None:
+        import uvicorn
+
+        from extproxy.config import load_config
+        from extproxy.engine import Engine, set_engine
+        from extproxy.recorder import Recorder
+
+        config = load_config(config_path)
+        self.engine = Engine(config, Recorder(config.recording, config.redaction))
+        self._previous = set_engine(self.engine)
+        from extproxy.asgi import application
+
+        self.port = free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("extproxy test server did not start")
+            time.sleep(0.01)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def recorder(self):
+        return self.engine.recorder
+
+    def flush(self) -> None:
+        assert self.recorder.flush(20), "recorder did not write every call in time"
+
+    def close(self) -> None:
+        from extproxy.engine import set_engine
+
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.recorder.stop()
+        set_engine(self._previous)
+
+
+@pytest.fixture
+def write_config(tmp_path):
+    def write(data: dict | str, name: str = "extproxy.yaml") -> str:
+        path = tmp_path / name
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+        return str(path)
+
+    return write
+
+
+@pytest.fixture
+def proxy(transactional_db):
+    servers: list[ProxyServer] = []
+
+    def start(config_path: str | None = None) -> ProxyServer:
+        server = ProxyServer(config_path)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def admin_client(transactional_db):
+    """A requests session logged in by API token as a superuser."""
+    import requests
+    from django.contrib.auth.models import User
+    from rest_framework.authtoken.models import Token
+
+    user = User.objects.create_superuser("root", "", "pw")
+    session = requests.Session()
+    session.headers["Authorization"] = f"Token {Token.objects.create(user=user).key}"
+    return session

@@ -1,0 +1,507 @@
+"""Tests for extproxy.protocol: Go encoding/json semantics of the extender v1 wire types."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from extproxy import protocol as p
+from extproxy.protocol import (
+    BindingArgs,
+    BindingResult,
+    ExtenderArgs,
+    FilterResult,
+    HostPriority,
+    MetaVictims,
+    PreemptionResult,
+    ProtocolError,
+)
+
+FIX = Path("/work/shared/fixtures")
+CAP = FIX / "captured-kube-scheduler-1.24"
+
+
+def fx(name: str) -> bytes:
+    return (FIX / name).read_bytes()
+
+
+# ------------------------------------------------------------------ key spelling (§5 item 1)
+
+
+def test_it_decodes_legacy_lowercase_filter_result_like_pascal_case():
+    legacy = p.decode_filter_result(fx("filter-result.legacy-lowercase-keys.json"))
+    pascal = p.decode_filter_result(fx("filter-result.nodecache-true.json"))
+    assert legacy.node_names == pascal.node_names == ["node-01", "node-03"]
+    assert legacy.failed_nodes == pascal.failed_nodes
+    assert legacy.failed_and_unresolvable == {}
+    assert legacy.nodes is None and legacy.error == ""
+
+
+def test_it_decodes_legacy_lowercase_priorities_like_pascal_case():
+    legacy = p.decode_host_priority_list(fx("prioritize-result.legacy-lowercase-keys.json"))
+    pascal = p.decode_host_priority_list(fx("prioritize-result.json"))
+    assert legacy == pascal == [HostPriority("node-01", 8), HostPriority("node-03", 3)]
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (b'{"error":"x"}', "x"),
+        (b'{"ERROR":"x"}', "x"),
+        (b'{"eRRoR":"x"}', "x"),
+        (b'{"Error":"a","error":"b"}', "b"),  # later key overwrites
+        (b'{"error":"a","Error":"b"}', "b"),
+        (b'{"Error":"a","error":"b","Error":"c"}', "c"),  # exact duplicates keep document order
+        (b'{"Error":"a","Error":null}', "a"),  # null leaves a string unchanged
+        (b'{"Errors":"x"}', ""),  # unknown key ignored
+        (b'{"Er\\u0072or":"x"}', "x"),  # escaped key
+    ],
+)
+def test_it_matches_envelope_keys_like_go(body, expected):
+    assert p.decode_filter_result(body).error == expected
+    assert p.decode_binding_result(body).error == expected
+
+
+@pytest.mark.parametrize(
+    "body, host, score",
+    [
+        (b'[{"host":"a","score":5}]', "a", 5),
+        (b'[{"HOST":"a","SCORE":5}]', "a", 5),
+        (b'[{"Host":"a","Score":5,"score":7}]', "a", 7),
+        (b'[{"score":7,"Score":5, "Host":"a"}]', "a", 5),
+        ('[{"Host":"a","\u017fcore":3}]'.encode(), "a", 3),  # long s folds to S (Go foldName)
+        ('[{"Host":"a","\u212a":3}]'.encode(), "a", 0),  # Kelvin sign: folds, but no field "K"
+        (b'[{"Host":"a","Score":null}]', "a", 0),
+        (b'[{"Host":"a"}]', "a", 0),
+        (b'[{"Host":"a","Score":-3}]', "a", -3),
+        (b'[{"Host":"a","Score":-0}]', "a", 0),
+        (b'[{"Host":"a","Score":9223372036854775807}]', "a", 2**63 - 1),
+    ],
+)
+def test_it_decodes_host_priority_entries(body, host, score):
+    assert p.decode_host_priority_list(body) == [HostPriority(host, score)]
+
+
+def test_it_exact_match_wins_over_fold_for_field_lookup():
+    f = p._Fields(["Abc", "ABC"])
+    assert f.match("ABC") == "ABC"
+    assert f.match("Abc") == "Abc"
+    assert f.match("abc") in ("Abc", "ABC")
+    assert f.match("abd") is None
+
+
+# ------------------------------------------------------------------ scores (§5 item 2)
+
+
+@pytest.mark.parametrize(
+    "literal, kind, text",
+    [
+        (b"5.0", "float-score", "number 5.0"),
+        (b"5.5", "float-score", "number 5.5"),
+        (b"5e0", "float-score", "number 5e0"),
+        (b'"5"', "string-score", "string"),
+        (b"true", "type", "bool"),
+        (b"[5]", "type", "array"),
+        (b"{}", "type", "object"),
+        (b"9223372036854775808", "int-range", "number 9223372036854775808"),
+    ],
+)
+def test_it_rejects_non_int64_scores(literal, kind, text):
+    body = b'[{"Host":"node-01","Score":8},{"Host":"node-03","Score":' + literal + b"}]"
+    with pytest.raises(ProtocolError) as ei:
+        p.decode_host_priority_list(body)
+    assert ei.value.kind == kind
+    assert str(ei.value) == (
+        f"json: cannot unmarshal {text} into Go struct field HostPriority.Score of type int64"
+    )
+    # lower-case keys take the exact (slow) path: same outcome
+    with pytest.raises(ProtocolError) as ei2:
+        p.decode_host_priority_list(body.replace(b'"Score"', b'"score"'))
+    assert str(ei2.value) == str(ei.value)
+
+
+def test_it_reports_the_go_style_message_for_5_5():
+    with pytest.raises(ProtocolError, match=r"^json: cannot unmarshal number 5\.5 into Go struct "
+                       r"field HostPriority\.Score of type int64$"):
+        p.decode_host_priority_list(b'[{"Host":"a","Score":5.5}]')
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (b"null", []),
+        (b"[]", []),
+        (b"[null]", [HostPriority("", 0)]),
+        (b'[{"Host":"a","Score":1},{"Host":"a","Score":2}]', [HostPriority("a", 1), HostPriority("a", 2)]),
+    ],
+)
+def test_it_decodes_host_priority_list_shapes(body, expected):
+    assert p.decode_host_priority_list(body) == expected
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"Host":"a","Score":1}', b'"x"', b"5", b"[1]", b'["a"]'])
+def test_it_rejects_host_priority_list_type_mismatch(body):
+    with pytest.raises(ProtocolError) as ei:
+        p.decode_host_priority_list(body)
+    assert ei.value.kind == "type"
+    assert str(ei.value).startswith("json: cannot unmarshal ")
+
+
+# ------------------------------------------------------------------ null vs [] vs absent (§5 item 3)
+
+
+@pytest.mark.parametrize(
+    "body, names, nodes",
+    [
+        (b"{}", None, None),
+        (b'{"NodeNames":null,"Nodes":null}', None, None),
+        (b'{"NodeNames":[]}', [], None),
+        (b'{"Nodes":{"metadata":{},"items":[]}}', None, []),
+        (b'{"Nodes":{"items":null}}', None, []),
+        (b'{"Nodes":{}}', None, []),
+        (b'{"NodeNames":["a",null]}', ["a", ""], None),
+        (b'{"NodeNames":["a"],"nodenames":null}', None, None),  # later null resets a slice
+        (b'{"nodes":{"ITEMS":[{"metadata":{"name":"x"}}]}}', None, [{"metadata": {"name": "x"}}]),
+        (b'{"Nodes":{"items":[null]}}', None, [{}]),
+    ],
+)
+def test_it_keeps_null_empty_and_absent_lists_apart(body, names, nodes):
+    r = p.decode_filter_result(body)
+    assert r.node_names == names
+    assert r.nodes == nodes
+
+
+def test_it_merges_maps_from_duplicated_keys():
+    r = p.decode_filter_result(
+        b'{"FailedNodes":{"a":"1","b":"x"},"failednodes":{"b":"2"},'
+        b'"FailedAndUnresolvableNodes":{"c":"3"},"failedAndUnresolvableNodes":{"d":null}}'
+    )
+    assert r.failed_nodes == {"a": "1", "b": "2"}
+    assert r.failed_and_unresolvable == {"c": "3", "d": ""}
+
+
+def test_it_resets_a_map_on_a_later_null():
+    r = p.decode_filter_result(b'{"FailedNodes":{"a":"1"},"FailedNodes":null}')
+    assert r.failed_nodes == {}
+
+
+# ------------------------------------------------------------------ body-level rules (§1, §5 item 7)
+
+
+@pytest.mark.parametrize("body", [b"", b" ", b"\n\t\r "])
+@pytest.mark.parametrize(
+    "decode",
+    [p.decode_filter_result, p.decode_host_priority_list, p.decode_binding_result,
+     p.decode_preemption_result, p.decode_extender_args, p.decode_binding_args,
+     p.decode_preemption_args, p.summarize_extender_args],
+)
+def test_it_fails_empty_bodies_with_eof(decode, body):
+    with pytest.raises(ProtocolError) as ei:
+        decode(body)
+    assert (ei.value.kind, str(ei.value)) == ("eof", "EOF")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{", b'{"Error":', b'{"Error":"x"', b'{"Error" "x"}', b"{Error:1}", b'{"Error":tru}', b"garbage",
+     b'{"Error":"x",}', b"\xef\xbb\xbf{}"],
+)
+def test_it_fails_invalid_json(body):
+    with pytest.raises(ProtocolError) as ei:
+        p.decode_filter_result(body)
+    assert ei.value.kind == "syntax"
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        (b'{"Error":""} garbage', ""),
+        (b'{"Error":"x"}{"Error":"y"}', "x"),
+        (b'{"Error":"x"}}', "x"),
+        (b'  {"Error":"x"}  \n', "x"),
+        (b'{"Error":"x"} {', "x"),
+        (b"null", ""),
+        (b"null garbage", ""),
+        (b"nullx", ""),
+    ],
+)
+def test_it_reads_only_the_first_value(body, error):
+    assert p.decode_filter_result(body).error == error
+
+
+def test_it_gives_zero_values_for_a_null_body():
+    assert p.decode_filter_result(b"null") == FilterResult(None, None, {}, {}, "")
+    assert p.decode_binding_result(b"null") == BindingResult("")
+    assert p.decode_binding_args(b"null") == BindingArgs("", "", "", "")
+    assert p.decode_preemption_result(b"null") == PreemptionResult({})
+    assert p.decode_extender_args(b"null") == ExtenderArgs({}, None, None)
+    assert p.summarize_extender_args(b"null") == p.ArgsSummary("", "", "", [], "none")
+
+
+@pytest.mark.parametrize(
+    "decode, body, message",
+    [
+        (p.decode_filter_result, b"[]", "json: cannot unmarshal array into Go value of type v1.ExtenderFilterResult"),
+        (p.decode_filter_result, b'"x"', "json: cannot unmarshal string into Go value of type v1.ExtenderFilterResult"),
+        (p.decode_filter_result, b"5", "json: cannot unmarshal number into Go value of type v1.ExtenderFilterResult"),
+        (p.decode_binding_result, b"true", "json: cannot unmarshal bool into Go value of type v1.ExtenderBindingResult"),
+        (p.decode_preemption_result, b"[]", "json: cannot unmarshal array into Go value of type v1.ExtenderPreemptionResult"),
+        (p.decode_extender_args, b"[]", "json: cannot unmarshal array into Go value of type v1.ExtenderArgs"),
+        (p.summarize_extender_args, b"[]", "json: cannot unmarshal array into Go value of type v1.ExtenderArgs"),
+        (p.decode_filter_result, b'{"Error":5}', "json: cannot unmarshal number into Go struct field ExtenderFilterResult.Error of type string"),
+        (p.decode_filter_result, b'{"FailedNodes":{"a":5}}', "json: cannot unmarshal number into Go struct field ExtenderFilterResult.FailedNodes of type string"),
+        (p.decode_filter_result, b'{"FailedNodes":["a"]}', "json: cannot unmarshal array into Go struct field ExtenderFilterResult.FailedNodes of type map[string]string"),
+        (p.decode_filter_result, b'{"NodeNames":"a"}', "json: cannot unmarshal string into Go struct field ExtenderFilterResult.NodeNames of type []string"),
+        (p.decode_filter_result, b'{"NodeNames":[1]}', "json: cannot unmarshal number into Go struct field ExtenderFilterResult.NodeNames of type string"),
+        (p.decode_filter_result, b'{"Nodes":[]}', "json: cannot unmarshal array into Go struct field ExtenderFilterResult.Nodes of type v1.NodeList"),
+        (p.decode_filter_result, b'{"Nodes":{"items":{}}}', "json: cannot unmarshal object into Go struct field NodeList.items of type []v1.Node"),
+        (p.decode_filter_result, b'{"Nodes":{"items":["n"]}}', "json: cannot unmarshal string into Go struct field NodeList.items of type v1.Node"),
+        (p.decode_extender_args, b'{"Pod":[]}', "json: cannot unmarshal array into Go struct field ExtenderArgs.Pod of type v1.Pod"),
+        (p.decode_binding_args, b'{"PodUID":1}', "json: cannot unmarshal number into Go struct field ExtenderBindingArgs.PodUID of type string"),
+        (p.decode_preemption_result, b'{"NodeNameToMetaVictims":{"n":{"Pods":[{"UID":1}]}}}', "json: cannot unmarshal number into Go struct field MetaPod.UID of type string"),
+        (p.decode_preemption_result, b'{"NodeNameToMetaVictims":{"n":{"NumPDBViolations":1.0}}}', "json: cannot unmarshal number 1.0 into Go struct field MetaVictims.NumPDBViolations of type int64"),
+        (p.decode_preemption_result, b'{"NodeNameToMetaVictims":{"n":[]}}', "json: cannot unmarshal array into Go value of type v1.MetaVictims"),
+        (p.decode_preemption_result, b'{"NodeNameToMetaVictims":[]}', "json: cannot unmarshal array into Go struct field ExtenderPreemptionResult.NodeNameToMetaVictims of type map[string]*v1.MetaVictims"),
+    ],
+)
+def test_it_rejects_type_mismatches(decode, body, message):
+    with pytest.raises(ProtocolError) as ei:
+        decode(body)
+    assert str(ei.value) == message
+    assert isinstance(ei.value, ValueError)
+
+
+# ------------------------------------------------------------------ preempt result (§5 item 6)
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (b'{"NodeNameToMetaVictims":{"n":{"Pods":[{"UID":"u"}],"NumPDBViolations":2}}}',
+         {"n": MetaVictims(["u"], 2)}),
+        (b'{"nodeNameToMetaVictims":{"n":{"pods":[{"uid":"u"}],"numPDBViolations":2}}}',
+         {"n": MetaVictims(["u"], 2)}),
+        (b'{"NodeNameToMetaVictims":{"n":null}}', {"n": None}),
+        (b'{"NodeNameToMetaVictims":{"n":{"Pods":null}}}', {"n": MetaVictims([], 0)}),
+        (b'{"NodeNameToMetaVictims":{"n":{"Pods":[null]}}}', {"n": MetaVictims([""], 0)}),
+        (b'{"NodeNameToVictims":{"n":{"Pods":[{}]}}}', {}),  # wrong form: empty map
+        (b'{"NodeNameToMetaVictims":null}', {}),
+        (b'{"NodeNameToMetaVictims":{"a":{"Pods":[{"UID":"1"}]}},"nodenametometavictims":{"b":{"Pods":[{"UID":"2"}]}}}',
+         {"a": MetaVictims(["1"], 0), "b": MetaVictims(["2"], 0)}),
+    ],
+)
+def test_it_decodes_preemption_results(body, expected):
+    assert p.decode_preemption_result(body).node_to_meta_victims == expected
+
+
+# ------------------------------------------------------------------ fixtures and captures
+
+
+ALL_FIXTURES = sorted(FIX.glob("*.json")) + sorted(CAP.glob("*.json"))
+
+
+def _codec(name: str):
+    if "filter-request" in name or "prioritize-request" in name:
+        return p.decode_extender_args, p.encode_extender_args
+    if "filter-result" in name:
+        return p.decode_filter_result, p.encode_filter_result
+    if "prioritize-result" in name:
+        return p.decode_host_priority_list, p.encode_host_priority_list
+    if "bind-request" in name:
+        return p.decode_binding_args, p.encode_binding_args
+    if "bind-result" in name:
+        return p.decode_binding_result, p.encode_binding_result
+    if "preempt-request" in name:
+        return p.decode_preemption_args, p.encode_preemption_args
+    if "preempt-result" in name:
+        return p.decode_preemption_result, p.encode_preemption_result
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda x: f"{x.parent.name}/{x.name}")
+def test_it_round_trips_every_fixture(path):
+    decode, encode = _codec(path.name)
+    value = decode(path.read_bytes())
+    out = encode(value)
+    assert decode(out) == value
+    assert b"\n" not in out and out[:2] in (b'{"', b"[{", b"[]")  # compact
+    # the same content as the fixture, once Go's reading of the original is applied
+    assert encode(decode(out)) == out
+
+
+@pytest.mark.parametrize("path", sorted(CAP.glob("*.json")), ids=lambda x: x.name)
+def test_it_re_encodes_captured_requests_byte_for_byte(path):
+    decode, encode = _codec(path.name)
+    body = path.read_bytes()
+    assert encode(decode(body)) == body
+
+
+@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda x: f"{x.parent.name}/{x.name}")
+def test_it_keeps_pascal_case_envelope_keys_when_encoding(path):
+    decode, encode = _codec(path.name)
+    out = json.loads(encode(decode(path.read_bytes())))
+    objs = out if isinstance(out, list) else [out]
+    for o in objs:
+        assert all(k[0].isupper() for k in o), o.keys()
+
+
+def test_it_encodes_like_go():
+    assert p.encode_filter_result(FilterResult(None, None, {}, {}, "")) == (
+        b'{"Nodes":null,"NodeNames":null,"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
+    )
+    assert p.encode_filter_result(
+        FilterResult([{"metadata": {"name": "a"}}], None, {"b": "x", "a": "y"}, {}, "e<&>")
+    ) == (
+        b'{"Nodes":{"metadata":{},"items":[{"metadata":{"name":"a"}}]},"NodeNames":null,'
+        b'"FailedNodes":{"a":"y","b":"x"},"FailedAndUnresolvableNodes":{},"Error":"e\\u003c\\u0026\\u003e"}'
+    )
+    assert p.encode_host_priority_list([HostPriority("a", 1)]) == b'[{"Host":"a","Score":1}]'
+    assert p.encode_host_priority_list([]) == b"[]"
+    assert p.encode_binding_args(BindingArgs("p", "ns", "u", "n")) == (
+        b'{"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"n"}'
+    )
+    assert p.encode_binding_result(BindingResult("")) == b'{"Error":""}'
+    assert p.encode_preemption_result(
+        PreemptionResult({"z": MetaVictims(["u1"], 1), "a": None})
+    ) == b'{"NodeNameToMetaVictims":{"a":null,"z":{"Pods":[{"UID":"u1"}],"NumPDBViolations":1}}}'
+    assert p.encode_extender_args(ExtenderArgs({"metadata": {}}, None, ["a"])) == (
+        b'{"Pod":{"metadata":{}},"Nodes":null,"NodeNames":["a"]}'
+    )
+
+
+def test_it_does_not_add_kind_or_api_version_to_objects():
+    body = fx("filter-request.nodecache-false.json")
+    args = p.decode_extender_args(body)
+    assert "kind" not in args.pod and "apiVersion" not in args.pod
+    assert all("kind" not in n and "apiVersion" not in n for n in args.nodes or [])
+    out = p.encode_extender_args(args)
+    # only the ownerReferences carry kind/apiVersion, as in the fixture
+    assert out.count(b'"kind"') == body.count(b'"kind"')
+    assert out.count(b'"apiVersion"') == body.count(b'"apiVersion"')
+
+
+CAPTURED_SUMMARIES = [
+    ("filter-request.nodecache-false.json", "default", "web-nc-false",
+     "6c1b7b2c-f2d0-44f4-954a-937573bbe942", ["gpu-node-2", "gpu-node-3", "cpu-node-1", "gpu-node-1"], "objects"),
+    ("prioritize-request.nodecache-false.json", "default", "web-nc-false",
+     "6c1b7b2c-f2d0-44f4-954a-937573bbe942", ["gpu-node-2", "gpu-node-3", "cpu-node-1", "gpu-node-1"], "objects"),
+    ("filter-request.nodecache-true.json", "default", "web-nc-true",
+     "6b3e5f20-f54b-482a-8a6c-1b413be0c911", ["cpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-1"], "names"),
+    ("prioritize-request.nodecache-true.json", "default", "web-nc-true",
+     "6b3e5f20-f54b-482a-8a6c-1b413be0c911", ["cpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-1"], "names"),
+]
+
+
+@pytest.mark.parametrize("name, ns, pod, uid, nodes, mode", CAPTURED_SUMMARIES)
+def test_it_summarizes_captured_requests(name, ns, pod, uid, nodes, mode):
+    body = (CAP / name).read_bytes()
+    s = p.summarize_extender_args(body)
+    assert (s.pod_namespace, s.pod_name, s.pod_uid, s.node_names, s.mode) == (ns, pod, uid, nodes, mode)
+    args = p.decode_extender_args(body)
+    assert p.pod_identity(args.pod) == (ns, pod, uid)
+    full_names = args.node_names if mode == "names" else [n["metadata"]["name"] for n in args.nodes]
+    assert full_names == nodes
+
+
+@pytest.mark.parametrize(
+    "name, nodes, mode",
+    [
+        ("filter-request.nodecache-false.json", ["node-01", "node-02", "node-03", "node-04", "node-05"], "objects"),
+        ("filter-request.nodecache-true.json", ["node-01", "node-02", "node-03", "node-04", "node-05"], "names"),
+        ("prioritize-request.nodecache-true.json", ["node-01", "node-03"], "names"),
+    ],
+)
+def test_it_summarizes_generated_requests(name, nodes, mode):
+    s = p.summarize_extender_args(fx(name))
+    assert (s.pod_namespace, s.pod_name, s.pod_uid) == (
+        "ml-team", "trainer-7d9c5b6f8-b4x2s", "6e1f1eb2-6544-5d63-a9e7-fba83e12a409")
+    assert (s.node_names, s.mode) == (nodes, mode)
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (b'{"pod":{"metadata":{"name":"p","namespace":"n","uid":"u"}},"nodenames":["a"]}',
+         p.ArgsSummary("n", "p", "u", ["a"], "names")),
+        (b'{"Pod":null,"Nodes":null,"NodeNames":null}', p.ArgsSummary("", "", "", [], "none")),
+        (b'{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"x"}},{},null]}}',
+         p.ArgsSummary("", "", "", ["x", "", ""], "objects")),
+        (b'{"Pod":{"metadata":null},"NodeNames":[],"Nodes":{"items":[{"metadata":{"name":"x"}}]}}',
+         p.ArgsSummary("", "", "", [], "names")),
+        (b'{"NodeNames":["a"],"NodeNames":["b"]}', p.ArgsSummary("", "", "", ["b"], "names")),
+        (b'{"NodeNames":["a"]} trailing', p.ArgsSummary("", "", "", ["a"], "names")),
+    ],
+)
+def test_it_summarizes_edge_cases(body, expected):
+    assert p.summarize_extender_args(body) == expected
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"NodeNames":"a"}', b'{"NodeNames":[1]}', b'{"Nodes":[]}', b'{"Pod":"x"}',
+             b'{"Pod":{"metadata":{"name":5}}}']
+)
+def test_it_rejects_bad_summaries(body):
+    with pytest.raises(ProtocolError):
+        p.summarize_extender_args(body)
+
+
+@pytest.mark.parametrize(
+    "pod, expected",
+    [
+        ({"metadata": {"namespace": "n", "name": "p", "uid": "u"}}, ("n", "p", "u")),
+        ({"metadata": {"name": "p"}}, ("", "p", "")),
+        ({}, ("", "", "")),
+        ({"metadata": None}, ("", "", "")),
+        ({"metadata": {"name": 5}}, ("", "", "")),
+    ],
+)
+def test_it_extracts_pod_identity(pod, expected):
+    assert p.pod_identity(pod) == expected
+
+
+def test_it_decodes_preemption_requests_in_both_modes():
+    a = p.decode_preemption_args(fx("preempt-request.nodecache-true.json"))
+    assert a.node_to_victims is None
+    assert {k: v.pods for k, v in a.node_to_meta_victims.items()} == {
+        "node-02": ["e22bba58-41e9-514f-be15-cdca249f41b7"],
+        "node-03": ["bbf3e57f-9c21-526d-bc7b-764060222c6c", "fafeac27-3212-55d0-95df-9ad338e018fe"],
+    }
+    b = p.decode_preemption_args(fx("preempt-request.nodecache-false.json"))
+    assert b.node_to_meta_victims is None
+    assert {k: [pod["metadata"]["uid"] for pod in v.pods] for k, v in b.node_to_victims.items()} == {
+        k: v.pods for k, v in a.node_to_meta_victims.items()
+    }
+    assert p.pod_identity(a.pod)[:2] == ("serving", "inference-critical-0")
+
+
+def test_it_lists_envelope_keys_as_sent():
+    assert p.envelope_keys(b'{"a":1,"A":2,"a":3}') == ["a", "A", "a"]
+    assert p.envelope_keys(b"[]") == []
+    assert p.envelope_keys(b"") == []
+
+
+# ------------------------------------------------------------------ purity
+
+
+FORBIDDEN_IMPORTS = {"django", "os", "io", "socket", "subprocess", "requests", "aiohttp", "urllib",
+                     "http", "pathlib", "shutil", "sqlite3", "asyncio", "logging", "tempfile",
+                     "psycopg", "channels", "rest_framework"}
+
+
+@pytest.mark.parametrize("module", ["protocol", "semantics"])
+def test_it_keeps_pure_modules_free_of_django_and_io(module):
+    src = (Path(p.__file__).parent / f"{module}.py").read_text()
+    tree = ast.parse(src)
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id not in ("open", "__import__", "exec", "eval"), node.func.id
+    assert not imported & FORBIDDEN_IMPORTS, imported & FORBIDDEN_IMPORTS
+    assert imported <= {"__future__", "dataclasses", "typing", "re", "msgspec", "extproxy"}, imported
