@@ -5,7 +5,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 PYTHON ?= python3
 
-.PHONY: setup run test bench migrate clean
+.PHONY: setup run test bench migrate clean browser
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,11 @@ run: migrate
 	exec $(VENV)/bin/uvicorn extproxy.asgi:application --host $(HOST) --port $(PORT) \
 		--loop uvloop --http httptools --no-access-log --lifespan on
 
-test: setup
+# Debian's chromium for the browser tests (Playwright drives it; it never downloads one).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+
+test: setup browser
 	$(VENV)/bin/pytest
 
 bench: migrate
