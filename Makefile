@@ -7,9 +7,10 @@ PYTHON ?= python3
 
 .PHONY: setup run test bench migrate clean browser
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	npm ci --no-audit --no-fund --silent
 	touch $@
 
 setup: $(VENV)/.installed

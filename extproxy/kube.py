@@ -6,6 +6,7 @@ never on the event loop.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from kubernetes import client, config
@@ -26,7 +27,8 @@ def core_api() -> client.CoreV1Api:
                 config.load_incluster_config()
             except config.ConfigException:
                 try:
-                    config.load_kube_config()
+                    # Read KUBECONFIG now: the client reads it once, when it is imported.
+                    config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
                 except Exception as exc:  # no cluster configured: say so where it matters
                     raise KubeError(f"no Kubernetes API configured (in-cluster or KUBECONFIG): {exc}") from exc
             _api = client.CoreV1Api()
@@ -48,7 +50,7 @@ def bind_pod(namespace: str, name: str, uid: str, node: str) -> None:
     )
     try:
         # _preload_content=False: the API answers a Status, which the generated model misreads.
-        core_api().create_namespaced_binding(namespace, body, _preload_content=False)
+        core_api().create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
     except client.ApiException as exc:
         raise KubeError(f"binding {namespace}/{name} to {node} failed: {exc.status} {exc.reason}") from exc
     except KubeError:

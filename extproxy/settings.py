@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "channels",
+    "django_htmx",
     "extproxy",
     "dashboard",
 ]
@@ -62,6 +63,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
 ]
 
 ROOT_URLCONF = "extproxy.urls"
@@ -101,6 +103,8 @@ def _database_from_url(url: str) -> dict:
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": _database_from_url(os.environ["DATABASE_URL"])}
 else:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    (DATA_DIR / "static").mkdir(exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -138,6 +142,8 @@ STATIC_URL = "/static/"
 STATIC_ROOT = DATA_DIR / "static"
 # Served by the app itself from the apps' static folders: no collectstatic step to forget.
 WHITENOISE_USE_FINDERS = True
+# The chart library, installed from the npm registry by `npm ci` (make setup); never vendored.
+STATICFILES_DIRS = [("uplot", BASE_DIR / "node_modules" / "uplot" / "dist")]
 WHITENOISE_AUTOREFRESH = DEBUG
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
