@@ -1,7 +1,13 @@
-"""Dashboard pages."""
+"""Dashboard pages, and the live feed's JSON history (the filters /api/calls/ lacks)."""
 from django.urls import path
 
 from . import views
 
 app_name = "dashboard"
-urlpatterns = [path("", views.index, name="index")]
+urlpatterns = [
+    path("", views.live, name="live"),
+    path("feed/calls/", views.feed_calls, name="feed-calls"),
+    path("pods/<str:namespace>/<path:name>/", views.pod, name="pod"),
+    path("backends/", views.backends, name="backends"),
+    path("pending/", views.pending, name="pending"),
+]

@@ -1,10 +1,137 @@
-"""Dashboard pages (login required)."""
+"""Dashboard pages and the feed's JSON history (login and the view_call permission required).
+
+Views stay thin: dashboard/queries.py reads the records; templates render them autoescaped
+and page scripts set DOM text with textContent only. htmx requests for a page's fragment
+(pagination of the node table and score matrix, the pending list's refresh) get the fragment.
+"""
+from __future__ import annotations
+
+from functools import wraps
+
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpResponseForbidden, JsonResponse
 from django.shortcuts import render
 
+from extproxy.models import Outcome, Verb
 
-@login_required
-def index(request):
+from . import queries
+
+NODE_PAGE = 100
+SCORE_PAGE = 50
+
+
+def viewer_required(view):
+    """Login (redirect to the login page), then any extproxy role (403 otherwise)."""
+
+    @login_required
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not request.user.has_perm("extproxy.view_call"):
+            return HttpResponseForbidden("Reading calls needs the extproxy.view_call permission.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _backends():
     from extproxy.engine import get_engine
 
-    return render(request, "dashboard/index.html", {"backends": get_engine().config.backends})
+    return get_engine().config.backends
+
+
+@viewer_required
+def live(request):
+    context = {
+        "verbs": Verb.values,
+        "outcomes": Outcome.values,
+        "backends": [b.name for b in _backends()] + ["combined"],
+        "filters": {k: request.GET.get(k, "") for k in FEED_FILTERS},
+    }
+    return render(request, "dashboard/live.html", context)
+
+
+FEED_FILTERS = ("pod", "namespace", "verb", "backend", "outcome", "node", "latency_above", "error")
+
+
+@viewer_required
+def feed_calls(request):
+    """History for the live feed with every filter of its bar: {"results": [call, ...]}."""
+    try:
+        limit = max(1, min(int(request.GET.get("limit") or 200), 1000))
+        results = queries.feed_calls(request.GET, limit)
+    except (queries.BadFilter, ValueError) as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"results": results})
+
+
+def _page(request, items, per_page: int, param: str):
+    return Paginator(items, per_page).get_page(request.GET.get(param))
+
+
+@viewer_required
+def pod(request, namespace: str, name: str):
+    attempts = queries.pod_attempts(namespace, name)
+    selected = next((a for a in attempts if a.key == request.GET.get("attempt")), attempts[0] if attempts else None)
+    context = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}
+    if selected is not None:
+        filters = queries.with_bodies(queries.latest_per_backend(selected.calls, "filter"))
+        prioritizes = queries.with_bodies(queries.latest_per_backend(selected.calls, "prioritize"))
+        nodes, node_backends, verdicts = queries.node_verdicts(filters)
+        score_backends, score_rows = queries.score_matrix(prioritizes)
+        bound = queries.bound_node(selected.calls)
+        node_page = _page(request, nodes, NODE_PAGE, "page")
+        context.update(
+            node_backends=node_backends,
+            node_page=node_page,
+            node_rows=[
+                {"node": n, "cells": [verdicts[n].get(b) for b in node_backends]} for n in node_page.object_list
+            ],
+            summary=queries.reason_summary(filters),
+            score_backends=score_backends,
+            score_page=_page(request, score_rows, SCORE_PAGE, "spage"),
+            bound=bound,
+            node_total=len(nodes),
+        )
+    fragments = {"node-table": "dashboard/_node_table.html", "score-matrix": "dashboard/_score_matrix.html"}
+    if request.htmx and request.htmx.target in fragments and selected is not None:
+        return render(request, fragments[request.htmx.target], context)
+    return render(request, "dashboard/pod.html", context)
+
+
+@viewer_required
+def backends(request):
+    try:
+        minutes = max(1, min(int(request.GET.get("minutes") or 60), 24 * 60))
+    except ValueError:
+        minutes = 60
+    configured = {b.name: b for b in _backends()}
+    series = queries.backend_series(minutes)
+    findings = queries.backend_findings()
+    names = list(configured) + sorted({s["backend"] for s in series} - set(configured))
+    chart_data = {
+        "series": series,
+        "timeouts": {name: b.http_timeout * 1000 for name, b in configured.items()},
+    }
+    rows = [
+        {
+            "name": name,
+            "config": configured.get(name),
+            "series": [s for s in series if s["backend"] == name],
+            "findings": findings.get(name, []),
+        }
+        for name in names
+    ]
+    return render(
+        request,
+        "dashboard/backends.html",
+        {"rows": rows, "chart_data": chart_data, "minutes": minutes, "windows": (15, 60, 360, 1440)},
+    )
+
+
+@viewer_required
+def pending(request):
+    context = {"pods": queries.pending_pods()}
+    if request.htmx:
+        return render(request, "dashboard/_pending_list.html", context)
+    return render(request, "dashboard/pending.html", context)

@@ -102,7 +102,7 @@ def get_engine() -> Engine:
             from django.conf import settings
 
             config = load_config(settings.EXTPROXY_CONFIG or None)
-            recorder = Recorder(config.recording, config.redaction)
+            recorder = Recorder(config.recording, config.redaction, retention=config.retention)
             _engine = Engine(config, recorder)
             log.info("extproxy: %d backend(s) from %s", len(_engine.backends), config.source)
         return _engine

@@ -37,6 +37,9 @@ class NodeObject(models.Model):
     name = models.CharField(max_length=253, db_index=True)
     data = models.BinaryField()  # zlib-compressed JSON
     first_seen = models.DateTimeField(auto_now_add=True)
+    # Refreshed (at most every few minutes) while calls still carry the node, so retention can
+    # drop nodes no kept call refers to without reading every call's blob.
+    last_seen = models.DateTimeField(auto_now_add=True, db_index=True)
 
 
 class Call(models.Model):

@@ -30,12 +30,14 @@ from typing import Any, Callable
 import msgspec
 
 from . import metrics, protocol, semantics
-from .config import RecordingConfig, RedactionConfig
+from .config import RecordingConfig, RedactionConfig, RetentionConfig
 from .redaction import needs_redaction, redact_object
 
 log = logging.getLogger(__name__)
 
 LIVE_GROUP = "calls"
+TOUCH_EVERY = 600.0  # seconds between last_seen refreshes of a node in use
+PRUNE_EVERY = 60.0  # seconds between retention passes of the writer
 
 
 @dataclass(slots=True)
@@ -106,6 +108,7 @@ class NodeDeduper:
     def __init__(self, rules: RedactionConfig, cache_size: int = 100_000) -> None:
         self.rules = rules
         self.batch: dict[str, tuple[str, bytes]] = {}  # canonical sha -> (name, json)
+        self.used: set[str] = set()  # every canonical sha the batch referred to
         self._canonical: OrderedDict[bytes, tuple[str, str]] = OrderedDict()  # raw digest -> (sha, name)
         self._cache_size = cache_size
 
@@ -114,6 +117,7 @@ class NodeDeduper:
         known = self._canonical.get(digest)
         if known is not None:
             self._canonical.move_to_end(digest)
+            self.used.add(known[0])
             return known[0]
         node = msgspec.json.decode(raw)
         if needs_redaction(raw, self.rules):
@@ -122,14 +126,16 @@ class NodeDeduper:
         sha = hashlib.sha256(data).hexdigest()
         name = ((node.get("metadata") or {}).get("name") or "") if isinstance(node, dict) else ""
         self.batch.setdefault(sha, (str(name)[:253], data))
+        self.used.add(sha)
         self._canonical[digest] = (sha, name)
         while len(self._canonical) > self._cache_size:
             self._canonical.popitem(last=False)
         return sha
 
-    def take_batch(self) -> dict[str, tuple[str, bytes]]:
-        batch, self.batch = self.batch, {}
-        return batch
+    def take_batch(self) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
+        """The new nodes and every node referred to since the last call."""
+        batch, used, self.batch, self.used = self.batch, self.used, {}, set()
+        return batch, used
 
 
 def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
@@ -363,6 +369,7 @@ class Recorder:
         redaction: RedactionConfig,
         queue_bytes: int = 512 * 1024 * 1024,
         publisher: Publisher | None = None,
+        retention: RetentionConfig | None = None,
     ) -> None:
         self.recording = recording
         self.redaction = redaction
@@ -377,6 +384,9 @@ class Recorder:
         self.written = 0
         self._attempts = AttemptTracker()
         self._nodes = NodeDeduper(redaction)
+        self._touched: OrderedDict[str, float] = OrderedDict()
+        self.retention = retention
+        self._next_prune = 0.0
         self._publisher = publisher
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -446,14 +456,15 @@ class Recorder:
         from django.db import close_old_connections
 
         while not self._stop.is_set():
+            self._maybe_prune()
             batch = self._take_batch()
             if not batch:
                 continue
-            built, new_nodes = self.build_batch(batch)
+            built, new_nodes, used = self.build_batch(batch)
             delay = 0.1
             while True:
                 try:
-                    summaries = self.store_batch(built, new_nodes)
+                    summaries = self.store_batch(built, new_nodes, used)
                     break
                 except Exception:  # the database is down or refused the batch: keep it, retry
                     metrics.RECORDER_WRITE_ERRORS.inc()
@@ -464,6 +475,17 @@ class Recorder:
                     delay = min(delay * 2, 5.0)
             self._finish(batch)
             self._publish(summaries)
+
+    def _maybe_prune(self) -> None:
+        if self.retention is None or time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + PRUNE_EVERY
+        from .retention import prune
+
+        try:
+            prune(self.retention)
+        except Exception:  # retention is retried on the next pass; recording goes on
+            log.exception("recorder: retention pass failed")
 
     def _take_batch(self) -> list[Trace]:
         try:
@@ -496,8 +518,8 @@ class Recorder:
         """Build and store a batch (tests and tools call this directly)."""
         return self.store_batch(*self.build_batch(batch))
 
-    def build_batch(self, batch: list[Trace]) -> tuple[list, list]:
-        """The unsaved rows of a batch: (call, children) pairs and the new Node objects."""
+    def build_batch(self, batch: list[Trace]) -> tuple[list, list, set[str]]:
+        """The unsaved rows of a batch: (call, children) pairs, new Node objects, nodes used."""
         from .models import NodeObject
 
         built = []
@@ -506,13 +528,11 @@ class Recorder:
                 built.append(build_call(trace, self.redaction, self._attempts, self._nodes))
             except Exception:  # a record that cannot be built must not stop the others
                 log.exception("recorder: could not build the record of a %s call", trace.verb)
-        new_nodes = [
-            NodeObject(sha256=sha, name=name, data=compress(data))
-            for sha, (name, data) in self._nodes.take_batch().items()
-        ]
-        return built, new_nodes
+        fresh, used = self._nodes.take_batch()
+        new_nodes = [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()]
+        return built, new_nodes, used - fresh.keys()
 
-    def store_batch(self, built: list, new_nodes: list) -> list[dict[str, Any]]:
+    def store_batch(self, built: list, new_nodes: list, used: set[str] = frozenset()) -> list[dict[str, Any]]:
         """One transaction; on failure nothing is stored and the same rows can be stored again."""
         from django.db import transaction
 
@@ -521,6 +541,7 @@ class Recorder:
         with transaction.atomic():
             if new_nodes:
                 NodeObject.objects.bulk_create(new_nodes, ignore_conflicts=True, batch_size=500)
+            self._touch_nodes(used)
             calls = [call for call, _ in built]
             for call in calls:
                 call.pk = None  # a retried batch is inserted afresh
@@ -536,6 +557,22 @@ class Recorder:
             metrics.CALLS.labels(call.backend, call.verb, call.outcome).inc()
         metrics.RECORDER_WRITTEN.inc(len(built))
         return [call.to_json() for call, _ in built]
+
+    def _touch_nodes(self, used: set[str]) -> None:
+        """Refresh last_seen of nodes still in use, each at most every TOUCH_EVERY seconds."""
+        from django.utils import timezone as dj_timezone
+
+        from .models import NodeObject
+
+        now = time.monotonic()
+        stale = [sha for sha in used if now - self._touched.get(sha, -TOUCH_EVERY) >= TOUCH_EVERY]
+        for start in range(0, len(stale), 500):
+            NodeObject.objects.filter(sha256__in=stale[start : start + 500]).update(last_seen=dj_timezone.now())
+        for sha in stale:
+            self._touched[sha] = now
+            self._touched.move_to_end(sha)
+        while len(self._touched) > 200_000:
+            self._touched.popitem(last=False)
 
     def _publish(self, summaries: list[dict[str, Any]]) -> None:
         if not summaries or self._publisher is None:

@@ -153,7 +153,7 @@ class ProxyServer:
         from extproxy.recorder import Recorder
 
         config = load_config(config_path)
-        self.engine = Engine(config, Recorder(config.recording, config.redaction))
+        self.engine = Engine(config, Recorder(config.recording, config.redaction, retention=config.retention))
         self._previous = set_engine(self.engine)
         from extproxy.asgi import application
 

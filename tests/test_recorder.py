@@ -69,11 +69,11 @@ def test_it_retries_a_batch_when_the_database_fails(transactional_db, monkeypatc
     real = recorder.store_batch
     failures = {"left": 2}
 
-    def flaky(built, new_nodes):
+    def flaky(*rows):
         if failures["left"]:
             failures["left"] -= 1
             raise RuntimeError("database is locked")
-        return real(built, new_nodes)
+        return real(*rows)
 
     monkeypatch.setattr(recorder, "store_batch", flaky)
     body = fixture_bytes("filter-request.nodecache-false.json")
@@ -93,8 +93,8 @@ def test_it_stores_each_distinct_node_once_and_restores_the_request(transactiona
     respaced = json.dumps(json.loads(body), indent=2, sort_keys=True).encode()
     again = compact_body(respaced, RedactionConfig(), nodes)
     assert json.loads(stored[1:])["Nodes"] == json.loads(again[1:])["Nodes"]
-    batch = nodes.take_batch()
-    assert len(batch) == 5
+    batch, used = nodes.take_batch()
+    assert len(batch) == 5 and used == set(batch)
     assert len(stored) < len(body) / 3
 
     restored = restore_body(zlib.compress(stored), lambda shas: {s: batch[s][1] for s in shas})
@@ -156,3 +156,44 @@ def test_it_forgets_the_oldest_pods_at_its_bound():
     t.link("b", "filter", "x", 5, 0)
     t.link("c", "filter", "x", 5, 0)
     assert t.link("a", "prioritize", "x", 5, 0.1) != a
+
+
+def test_it_prunes_calls_past_their_age_and_nodes_no_kept_call_uses(transactional_db):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from extproxy.config import RetentionConfig
+    from extproxy.models import NodeObject
+    from extproxy.retention import prune
+
+    recorder = Recorder(RecordingConfig(), RedactionConfig())
+    old = time.time() - 10 * 86400
+    full = fixture_bytes("filter-request.nodecache-false.json")
+    recorder.submit(make_trace(body=full, started_at=old, finished_at=old + 1, node_cache_capable=False))
+    recorder.submit(make_trace())
+    assert recorder.flush(20)
+    recorder.stop()
+    NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))
+
+    result = prune(RetentionConfig(max_age_seconds=7 * 86400))
+
+    assert result.calls == 1 and Call.objects.count() == 1
+    assert result.nodes == 5 and NodeObject.objects.count() == 0
+
+
+def test_it_keeps_nodes_that_kept_calls_still_use(transactional_db):
+    from extproxy.config import RetentionConfig
+    from extproxy.retention import prune
+
+    recorder = Recorder(RecordingConfig(), RedactionConfig())
+    full = fixture_bytes("filter-request.nodecache-false.json")
+    for _ in range(3):
+        recorder.submit(make_trace(body=full, node_cache_capable=False))
+    assert recorder.flush(20)
+    recorder.stop()
+
+    result = prune(RetentionConfig(max_age_seconds=7 * 86400, max_calls=2))
+
+    assert result.calls == 1 and Call.objects.count() == 2
+    assert NodeObject.objects.count() == 5

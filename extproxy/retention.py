@@ -1,0 +1,58 @@
+"""Retention: delete calls older than `maxAge` or beyond the newest `maxCalls`, then the Node
+objects no kept call can refer to.
+
+A Node object's `last_seen` is refreshed at most every TOUCH_EVERY seconds while calls carry
+it, so every node a kept call refers to has last_seen >= (that call's time - TOUCH_EVERY).
+Nodes older than the oldest kept call by more than that are safe to delete. Deletes go in
+chunks so that a large backlog never holds the database's write lock for long. Safe to run
+from several replicas at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from .config import RetentionConfig
+
+CHUNK = 2000
+
+
+@dataclass
+class Pruned:
+    calls: int = 0
+    nodes: int = 0
+
+
+def prune(retention: RetentionConfig, now=None) -> Pruned:
+    from .models import Call, NodeObject
+    from .recorder import TOUCH_EVERY
+
+    now = now or timezone.now()
+    result = Pruned()
+    if retention.max_age_seconds > 0:
+        cutoff = now - timedelta(seconds=retention.max_age_seconds)
+        result.calls += _delete_chunks(Call.objects.filter(started_at__lt=cutoff))
+    if retention.max_calls > 0:
+        boundary = (
+            Call.objects.order_by("-started_at", "-id").values_list("started_at", flat=True)[retention.max_calls : retention.max_calls + 1]
+        )
+        if boundary:
+            result.calls += _delete_chunks(Call.objects.filter(started_at__lte=boundary[0]))
+    oldest = Call.objects.order_by("started_at").values_list("started_at", flat=True).first()
+    node_cutoff = (oldest or now) - timedelta(seconds=TOUCH_EVERY * 2)
+    result.nodes = _delete_chunks(NodeObject.objects.filter(last_seen__lt=node_cutoff))
+    return result
+
+
+def _delete_chunks(queryset) -> int:
+    total = 0
+    while True:
+        keys = list(queryset.values_list("pk", flat=True)[:CHUNK])
+        if not keys:
+            return total
+        with transaction.atomic():
+            deleted, _ = queryset.model.objects.filter(pk__in=keys).delete()
+        total += len(keys)

@@ -1,0 +1,90 @@
+"""The production storage for real: a server process on PostgreSQL (127.0.0.1:5432).
+
+The server runs as `make run` runs it (migrate, bootstrap, uvicorn), in its own process, on a
+fresh database that the test creates and drops.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+import requests
+
+from tests.conftest import fixture_bytes, free_port, pass_all, reply
+
+ROOT = Path(__file__).resolve().parent.parent
+PG = "postgresql://postgres@127.0.0.1:5432"
+
+
+@pytest.fixture
+def postgres_db():
+    name = f"extproxy_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"{PG}/{name}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def start_server(env: dict[str, str], port: int) -> subprocess.Popen:
+    for command in (["migrate", "--noinput", "-v", "0"], ["bootstrap"]):
+        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "extproxy.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+         "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return process
+        except requests.ConnectionError:
+            time.sleep(0.2)
+    process.kill()
+    output = process.stdout.read().decode()
+    process.stdout.close()
+    raise AssertionError(output)
+
+
+def test_it_records_and_serves_calls_on_postgresql(postgres_db, backend_server, tmp_path):
+    backend = backend_server({"filter": pass_all, "bind": reply(200, {"Error": ""})})
+    config = tmp_path / "extproxy.yaml"
+    config.write_text(
+        f"backends:\n- name: gpu\n  urlPrefix: {backend.url}/scheduler\n  filterVerb: filter\n"
+        "  bindVerb: bind\n  nodeCacheCapable: true\n"
+    )
+    env = dict(os.environ, DATABASE_URL=postgres_db, EXTPROXY_CONFIG=str(config), EXTPROXY_ADMIN_PASSWORD="s3cret")
+    env.pop("EXTPROXY_SKIP_CONFIG_CHECK", None)
+    port = free_port()
+    process = start_server(env, port)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(20):
+            assert requests.post(f"{base}/extender/gpu/filter", data=fixture_bytes("filter-request.nodecache-true.json"), timeout=10).status_code == 200
+        assert requests.post(f"{base}/extender/gpu/bind", data=fixture_bytes("bind-request.json"), timeout=10).json() == {"Error": ""}
+        token = requests.post(f"{base}/api/auth/token/", data={"username": "admin", "password": "s3cret"}, timeout=10).json()["token"]
+        headers = {"Authorization": f"Token {token}"}
+        deadline = time.monotonic() + 20
+        while True:
+            calls = requests.get(f"{base}/api/calls/?page_size=100", headers=headers, timeout=10).json()["results"]
+            if len(calls) == 21 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert len(calls) == 21
+        assert calls[0]["verb"] == "bind"  # newest first
+        assert {c["attempt"] for c in calls if c["verb"] == "bind"} <= {c["attempt"] for c in calls}
+        detail = requests.get(f"{base}/api/calls/{calls[-1]['id']}/", headers=headers, timeout=10).json()
+        assert [d["result"] for d in detail["decisions"]] == ["passed"] * 5
+    finally:
+        process.terminate()
+        process.wait(15)
+        process.stdout.close()
+    with psycopg.connect(postgres_db) as conn:
+        assert conn.execute("SELECT count(*) FROM extproxy_call").fetchone()[0] == 21
