@@ -71,6 +71,7 @@ def _page(request, items, per_page: int, param: str):
 
 @viewer_required
 def pod(request, namespace: str, name: str):
+    namespace = "" if namespace == "-" else namespace  # "-" stands for a pod without namespace
     attempts = queries.pod_attempts(namespace, name)
     selected = next((a for a in attempts if a.key == request.GET.get("attempt")), attempts[0] if attempts else None)
     context = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}

@@ -224,3 +224,14 @@ def admin_client(transactional_db):
     session = requests.Session()
     session.headers["Authorization"] = f"Token {Token.objects.create(user=user).key}"
     return session
+
+
+def write_kubeconfig(path, port: int) -> str:
+    """A kubeconfig for a local fake Kubernetes API on 127.0.0.1:<port>."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+        f"clusters: [{{name: test, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: test, user: {token: test-token}}]\n"
+        "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
+    )
+    return str(path)

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from extproxy import kube
-from tests.conftest import fixture_bytes, fixture_json
+from tests.conftest import fixture_bytes, fixture_json, write_kubeconfig
 
 POLICY_CONFIG = {
     "backends": [
@@ -56,16 +56,6 @@ class FakeAPIServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def kubeconfig(self, path) -> str:
-        port = self.httpd.server_address[1]
-        path.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-            f"clusters: [{{name: test, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
-            "users: [{name: test, user: {token: test-token}}]\n"
-            "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
-        )
-        return str(path)
-
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
@@ -78,7 +68,7 @@ def api_server(tmp_path, monkeypatch):
     def start(status: int = 201) -> FakeAPIServer:
         server = FakeAPIServer(status)
         servers.append(server)
-        monkeypatch.setenv("KUBECONFIG", server.kubeconfig(tmp_path / "kubeconfig"))
+        monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", server.httpd.server_address[1]))
         kube.reset()
         return server
 

@@ -62,7 +62,7 @@
     const cell = document.createElement("td");
     if (!pod.name) return cell;
     const a = document.createElement("a");
-    a.href = "/pods/" + encodeURIComponent(pod.namespace) + "/" + encodeURIComponent(pod.name) + "/";
+    a.href = "/pods/" + encodeURIComponent(pod.namespace || "-") + "/" + encodeURIComponent(pod.name) + "/";
     a.textContent = pod.namespace + "/" + pod.name;
     cell.appendChild(a);
     return cell;
