@@ -200,8 +200,8 @@ def score_matrix(prioritize_calls: list[Call]) -> tuple[list[str], list[dict]]:
             row["scores"][backend] = {"score": d.get("score"), "weighted": d.get("weighted_score")}
             row["total"] += d.get("weighted_score") or 0
     ordered = sorted(rows.values(), key=lambda r: (-r["total"], r["node"]))
-    for row in ordered:
-        row["rank"] = 1 + sum(1 for other in ordered if other["total"] > row["total"])
+    for i, row in enumerate(ordered):  # equal totals share a rank ("1, 1, 3")
+        row["rank"] = ordered[i - 1]["rank"] if i and ordered[i - 1]["total"] == row["total"] else i + 1
         row["cells"] = [row["scores"].get(b) for b in backends]
     return backends, ordered
 
@@ -290,7 +290,10 @@ def backend_findings(scan: int = 5000, examples: int = 3) -> dict[str, list[dict
     for call in calls:
         kinds = [(f.get("kind", "?"), f.get("detail", "")) for f in call.findings or []]
         if call.http_status not in (None, 200):
-            kinds.append(("non-200", call.error))
+            # The body of a non-200 answer is kept in `error`: show it with the finding.
+            kinds = [(k, f"{d}: {call.error}" if k == "non-200" else d) for k, d in kinds]
+            if not any(k == "non-200" for k, _ in kinds):
+                kinds.append(("non-200", call.error))
         elif call.http_status == 200 and call.outcome == "error" and not kinds:
             kinds.append(("error-under-200", call.error))
         for kind, detail in kinds:

@@ -5,17 +5,24 @@ Pure functions, no Django, no I/O. Sections:
 * **Judge** (this part): how kube-scheduler reads ONE backend's reply to one verb, given the HTTP
   status and body it received (reference: extender-protocol.md §1, §4.3-4.6, §5). Timeouts and
   transport errors are decided by the caller; the judge only sees a status and a body.
-* Combination of several backends: to be added below, in its own section.
+* **Combination**: how kube-scheduler combines several backends (order, interest, the filter
+  chain, weighted scores, the preempt chain, the binder) and the single extender entry of the
+  combined form; its API and the interpretation choices are listed at the top of that section.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from extproxy.config import BackendConfig, ManagedResource
 from extproxy.protocol import (
     MAX_EXTENDER_PRIORITY,
     MIN_EXTENDER_PRIORITY,
     MetaVictims,
+    HostPriority,
     ProtocolError,
     decode_binding_result,
     decode_filter_result,
@@ -435,13 +442,6 @@ def judge_preempt(
 #   entry that is ignorable the engine gets exactly that by answering the error; otherwise it
 #   has to bind through the API itself (the DefaultBinder's action), see combined_caveats.
 
-import math
-from collections.abc import Sequence
-from typing import Any
-
-from extproxy.config import BackendConfig, ManagedResource
-from extproxy.protocol import HostPriority, decode_preemption_result
-
 FILTER_OUTCOMES = ("ok", "skipped", "error", "unneeded")
 #: Added to the sequential time budget of the combined entry's httpTimeout.
 COMBINED_TIMEOUT_MARGIN = 1.0
@@ -674,8 +674,6 @@ def parallel_filter(
                 error_backend = backend.name
             continue
         now = set(remaining)
-        asked = now | {n for n in (full.failed or {}) if n not in input_set}
-        asked |= {n for n in (full.unresolvable or {}) if n not in input_set}
         keep = lambda m: {n: r for n, r in m.items() if n in now or n not in input_set}  # noqa: E731
         failed, unres = keep(full.failed or {}), keep(full.unresolvable or {})
         passed = [n for n in full.passed or [] if n in now or n not in input_set]
@@ -688,7 +686,7 @@ def parallel_filter(
                 removed=[n for n in remaining if n not in set(passed)],
                 added=[n for n in passed if n not in now],
                 failed=failed, unresolvable=unres,
-                unasked=sorted(n for n in judged if n in input_set and n not in asked),
+                unasked=sorted(n for n in judged if n in input_set and n not in now),
             )
         )
         statuses.write(backend.name, failed, unres)
@@ -937,7 +935,6 @@ def combined_entry(
     """
     if not backends:
         return CombinedRefusal("no backends are configured: there is nothing to combine")
-    names = [b.name for b in backends]
     all_ignorable = all(b.ignorable for b in backends)
     binders = [b for b in backends if b.bind_verb]
     if any(b.ignorable for b in binders) and not all_ignorable:
@@ -975,7 +972,6 @@ def combined_entry(
             {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler} for r in union
         ]
     entry["ignorable"] = all_ignorable
-    del names
     return entry
 
 

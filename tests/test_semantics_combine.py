@@ -1,0 +1,479 @@
+"""Truth tables for the combination part of extproxy.semantics (kube-scheduler's rules)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from extproxy.config import BackendConfig, ManagedResource
+from extproxy.protocol import HostPriority, MetaVictims
+from extproxy.semantics import (
+    COMBINED_TIMEOUT_MARGIN,
+    CombinedRefusal,
+    FilterChain,
+    PreemptChain,
+    bind_fallthrough,
+    choose_binder,
+    combine_prioritize,
+    combined_caveats,
+    combined_entry,
+    interested,
+    judge_bind,
+    judge_filter,
+    judge_preempt_for,
+    judge_prioritize,
+    parallel_filter,
+    prioritize_answer,
+    reply_error_text,
+    scheduler_order,
+)
+
+NAMES = ["n1", "n2", "n3", "n4"]
+GPU = "example.com/gpu"
+
+
+def be(name: str, **kw) -> BackendConfig:
+    d = dict(url_prefix=f"http://{name}:80/s", filter_verb="filter", prioritize_verb="prioritize",
+             preempt_verb="preempt", weight=1, node_cache_capable=True)
+    d.update(kw)
+    if "managed" in d:
+        d["managed_resources"] = tuple(ManagedResource(r) for r in d.pop("managed"))
+    return BackendConfig(name=name, **d)
+
+
+def pod(requests=None, limits=None, where="containers") -> dict:
+    res = {}
+    if requests:
+        res["requests"] = {r: "1" for r in requests}
+    if limits:
+        res["limits"] = {r: "1" for r in limits}
+    return {"metadata": {"name": "p", "namespace": "d", "uid": "u"}, "spec": {where: [{"name": "c", "resources": res}]}}
+
+
+def freply(names=None, nodes=None, failed=None, unres=None, error="") -> bytes:
+    body: dict = {"NodeNames": names, "FailedNodes": failed, "Error": error}
+    if nodes is not None:
+        body["Nodes"] = {"metadata": {}, "items": [{"metadata": {"name": n}} for n in nodes]}
+    if unres is not None:
+        body["FailedAndUnresolvableNodes"] = unres
+    return json.dumps(body).encode()
+
+
+def run_chain(steps, names=NAMES):
+    """steps: [(backend, status, body) or (backend, None, transport_error)]."""
+    chain = FilterChain(names)
+    called = []
+    for backend, status, body in steps:
+        if chain.done:
+            break
+        called.append((backend.name, chain.remaining))
+        if status is None:
+            chain.apply(backend, None, body)
+        else:
+            chain.apply(backend, chain.judge(backend, status, body))
+    return chain.result(), called
+
+
+# ------------------------------------------------------------------ order and interest
+
+
+def test_it_moves_ignorable_backends_to_the_end():
+    a, b, c, d = be("a", ignorable=True), be("b"), be("c", ignorable=True), be("d")
+    assert [x.name for x in scheduler_order([a, b, c, d])] == ["b", "d", "a", "c"]
+
+
+@pytest.mark.parametrize(
+    "p, expected",
+    [
+        (pod(requests=[GPU]), ["gpu", "any"]),
+        (pod(limits=[GPU]), ["gpu", "any"]),
+        (pod(requests=[GPU], where="initContainers"), ["gpu", "any"]),
+        (pod(requests=[GPU], where="ephemeralContainers"), ["any"]),
+        (pod(requests=["cpu"]), ["any"]),
+        ({}, ["any"]),
+    ],
+)
+def test_it_selects_interested_backends_by_managed_resources(p, expected):
+    backends = [be("gpu", managed=[GPU]), be("any")]
+    assert [b.name for b in interested(backends, p, "filter")] == expected
+
+
+def test_it_skips_backends_without_the_verb():
+    backends = [be("a", filter_verb=""), be("b"), be("c", bind_verb="bind")]
+    assert [b.name for b in interested(backends, {}, "filter")] == ["b", "c"]
+    assert [b.name for b in interested(backends, {}, "bind")] == ["c"]
+
+
+# ------------------------------------------------------------------ filter chain
+
+
+def test_it_sends_each_backend_only_what_is_left():
+    a, b = be("a"), be("b")
+    res, called = run_chain([(a, 200, freply(["n1", "n3", "n4"], failed={"n2": "no"})),
+                             (b, 200, freply(["n4", "n1"]))])
+    assert called == [("a", NAMES), ("b", ["n1", "n3", "n4"])]
+    assert res.passed == ["n4", "n1"] and res.failed == {"n2": "no"} and res.error == ""
+    assert [s.removed for s in res.steps] == [["n2"], ["n3"]]
+
+
+def test_it_stops_when_nothing_is_left():
+    a, b = be("a"), be("b")
+    res, called = run_chain([(a, 200, freply([], unres={"n1": "x"})), (b, 200, freply(NAMES))])
+    assert [c[0] for c in called] == ["a"] and res.passed == [] and res.unresolvable == {"n1": "x"}
+
+
+def test_it_makes_no_call_for_an_empty_input():
+    chain = FilterChain([], [be("a")])
+    assert chain.done and chain.next_backend() is None and chain.result().passed == []
+
+
+@pytest.mark.parametrize(
+    "replies, failed, unres, by",
+    [
+        # same reply: unresolvable wins over failed
+        ([freply(["n2", "n3", "n4"], failed={"n1": "f"}, unres={"n1": "u"})], {}, {"n1": "u"}, "a"),
+        # later backend marks an unresolvable node failed: last writer wins (statuses.Set)
+        ([freply(["n2", "n3", "n4"], unres={"n1": "u"}), freply(["n2"], failed={"n1": "f2"})],
+         {"n1": "f2"}, {}, "b"),
+        # later backend marks a failed node unresolvable
+        ([freply(["n2", "n3", "n4"], failed={"n1": "f"}), freply(["n2"], unres={"n1": "u2"})],
+         {}, {"n1": "u2"}, "b"),
+        # later failed message replaces the earlier one
+        ([freply(["n2", "n3", "n4"], failed={"n1": "f"}), freply(["n2"], failed={"n1": "g"})],
+         {"n1": "g"}, {}, "b"),
+    ],
+)
+def test_it_merges_failure_statuses_like_the_scheduler(replies, failed, unres, by):
+    backends = [be("a"), be("b")]
+    res, _ = run_chain([(backends[i], 200, r) for i, r in enumerate(replies)])
+    assert res.failed == failed and res.unresolvable == unres and res.status_by["n1"] == by
+
+
+def test_it_skips_an_ignorable_backend_that_fails():
+    a, b = be("a", ignorable=True), be("b")
+    res, called = run_chain([(a, 500, b""), (b, 200, freply(["n1"]))])
+    assert res.passed == ["n1"] and res.error == "" and res.steps[0].outcome == "skipped"
+    assert called[1] == ("b", NAMES)
+
+
+@pytest.mark.parametrize(
+    "status, body, error",
+    [
+        (500, b"", "failed filter with extender at URL http://a:80/s/filter, code 500"),
+        (200, freply(error="boom"), "boom"),
+        (200, b"", "EOF"),
+        (None, "context deadline exceeded", "context deadline exceeded"),
+    ],
+)
+def test_it_fails_the_attempt_on_a_non_ignorable_error(status, body, error):
+    a, b = be("a"), be("b")
+    res, called = run_chain([(a, status, body), (b, 200, freply(NAMES))])
+    assert res.error == error and res.error_backend == "a" and res.passed == []
+    assert [c[0] for c in called] == ["a"]
+
+
+def test_it_fails_a_name_not_in_the_input_in_mode_true():
+    a, b = be("a"), be("b")
+    res, _ = run_chain([(a, 200, freply(["n1", "n2"])), (b, 200, freply(["n1", "n3"]))])
+    assert 'claims a filtered node "n3"' in res.error and res.error_backend == "b"
+
+
+def test_it_keeps_and_marks_a_name_not_in_the_input_in_mode_false():
+    a, b = be("a", node_cache_capable=False), be("b", node_cache_capable=False)
+    res, called = run_chain([(a, 200, freply(nodes=["n1", "zz"])), (b, 200, freply(nodes=["zz"]))])
+    assert called[1] == ("b", ["n1", "zz"])
+    assert res.passed == ["zz"] and res.added == ["zz"] and res.steps[0].added == ["zz"]
+
+
+@pytest.mark.parametrize("ncc, body", [(True, freply()), (False, freply()), (False, freply(names=NAMES))])
+def test_it_passes_nothing_without_a_usable_list(ncc, body):
+    res, _ = run_chain([(be("a", node_cache_capable=ncc), 200, body)])
+    assert res.passed == [] and res.error == ""
+
+
+def test_it_keeps_order_and_duplicates_as_returned():
+    res, called = run_chain([(be("a"), 200, freply(["n3", "n1", "n3"])), (be("b"), 200, freply(["n1", "n3"]))])
+    assert called[1][1] == ["n3", "n1", "n3"] and res.passed == ["n1", "n3"]
+
+
+def test_it_refuses_apply_after_done():
+    chain = FilterChain(["n1"])
+    chain.apply(be("a"), None, "down")
+    with pytest.raises(ValueError):
+        chain.apply(be("b"), None, "down")
+
+
+def test_next_backend_walks_the_given_order():
+    a, b = be("a"), be("b")
+    chain = FilterChain(NAMES, [a, b])
+    assert chain.next_backend() is a
+    chain.apply(a, chain.judge(a, 200, freply(["n1"])))
+    assert chain.next_backend() is b
+    chain.apply(b, chain.judge(b, 200, freply(["n1"])))
+    assert chain.next_backend() is None and not chain.done
+
+
+@pytest.mark.parametrize(
+    "verdict, transport, expected",
+    [
+        (judge_filter("a", True, NAMES, 200, freply(error="50% off"), "u"), "", "50% off"),
+        (judge_filter("a", True, NAMES, 500, b"", "http://h/a%2Fb"), "",
+         "failed filter with extender at URL http://h/a%%2Fb/filter, code 500"),
+        (None, "dial 100%", "dial 100%%"),
+        (None, "", "no answer"),
+    ],
+)
+def test_it_escapes_reply_errors_so_the_scheduler_prints_the_same(verdict, transport, expected):
+    assert reply_error_text(verdict, transport) == expected
+
+
+# ------------------------------------------------------------------ parallel filter
+
+
+def test_parallel_filter_replays_the_chain():
+    a, b, c = be("a"), be("b"), be("c")
+    full = lambda backend, body: (backend, judge_filter(backend.name, True, NAMES, 200, body, ""), "")  # noqa: E731
+    res = parallel_filter(NAMES, [
+        full(a, freply(["n1", "n2", "n3"], failed={"n4": "a4"})),
+        full(b, freply(["n2", "n4", "n3"], failed={"n1": "b1"}, unres={"n4": "b4"})),
+        full(c, freply(["n1"], failed={"n2": "c2", "n3": "c3", "n4": "c4"})),
+    ])
+    # b's word on n4 (removed by a) is dropped: the chain never sent it n4
+    assert res.failed == {"n4": "a4", "n1": "b1", "n2": "c2", "n3": "c3"} and res.unresolvable == {}
+    assert res.passed == [] and res.steps[1].unasked == ["n4"] and res.steps[2].unasked == ["n1", "n4"]
+
+
+def test_parallel_filter_ignores_backends_after_the_list_is_empty():
+    a, b = be("a"), be("b")
+    res = parallel_filter(NAMES, [(a, judge_filter("a", True, NAMES, 200, freply([]), ""), ""), (b, None, "down")])
+    assert res.error == "" and [s.outcome for s in res.steps] == ["ok", "unneeded"]
+
+
+def test_parallel_filter_errors_follow_the_chain_rules():
+    a, b, c = be("a", ignorable=True), be("b"), be("c")
+    res = parallel_filter(NAMES, [(a, None, "x"), (b, None, "down"), (c, None, "later")])
+    assert res.error == "down" and [s.outcome for s in res.steps] == ["skipped", "error", "unneeded"]
+
+
+# ------------------------------------------------------------------ prioritize
+
+
+def prio(backend, feasible, body, status=200):
+    return backend, judge_prioritize(backend.name, backend.weight, feasible, status, body, "")
+
+
+def hp(*pairs) -> bytes:
+    return json.dumps([{"Host": h, "Score": s} for h, s in pairs]).encode()
+
+
+@pytest.mark.parametrize(
+    "results, expected",
+    [
+        ([("a", 1, hp(("n1", 3), ("n2", 10)))], {"n1": 3, "n2": 10, "n3": 0}),
+        ([("a", 2, hp(("n1", 3))), ("b", 5, hp(("n1", 1), ("n3", 2)))], {"n1": 11, "n2": 0, "n3": 10}),
+        ([("a", 1, hp(("n1", 3), ("n1", 4)))], {"n1": 7, "n2": 0, "n3": 0}),  # twice counts twice
+        ([("a", 1, hp(("n1", -5), ("n2", 99)))], {"n1": -5, "n2": 99, "n3": 0}),  # no clamping
+        ([("a", 1, hp(("zz", 9)))], {"n1": 0, "n2": 0, "n3": 0}),  # not feasible: ignored
+        ([("a", 3, b'[{"Host":"n1","Score":5.0}]'), ("b", 1, hp(("n1", 2)))], {"n1": 2, "n2": 0, "n3": 0}),
+    ],
+)
+def test_it_sums_weighted_scores(results, expected):
+    feasible = ["n1", "n2", "n3"]
+    rs = [prio(be(n, weight=w), feasible, body) for n, w, body in results]
+    assert combine_prioritize(feasible, rs) == expected
+
+
+def test_it_drops_failed_prioritizers_ignorable_or_not():
+    feasible = ["n1", "n2"]
+    rs = [prio(be("a", weight=2), feasible, hp(("n1", 3)), 500), (be("b", ignorable=True), None),
+          prio(be("c", weight=1), feasible, hp(("n2", 4)))]
+    assert combine_prioritize(feasible, rs) == {"n1": 0, "n2": 4}
+
+
+def test_prioritize_answer_lists_each_host_once():
+    assert prioritize_answer(["n1", "n2", "n1"], {"n1": 5, "n2": 0}) == [HostPriority("n1", 5), HostPriority("n2", 0)]
+
+
+# ------------------------------------------------------------------ preempt
+
+
+def mv(*uids, pdb=0) -> MetaVictims:
+    return MetaVictims(list(uids), pdb)
+
+
+def preply(m: dict) -> bytes:
+    return json.dumps({"NodeNameToMetaVictims": {
+        n: (None if v is None else {"Pods": [{"UID": u} for u in v.pods], "NumPDBViolations": v.num_pdb_violations})
+        for n, v in m.items()}}).encode()
+
+
+START = {"n1": mv("u1", "u2"), "n2": mv("u3"), "n3": mv("u4")}
+
+
+def run_preempt(steps, start=START):
+    chain = PreemptChain(start)
+    called = []
+    for backend, status, body in steps:
+        if chain.done:
+            break
+        called.append((backend.name, chain.remaining))
+        if status is None:
+            chain.apply(backend, None, body)
+        else:
+            chain.apply(backend, chain.judge(backend, status, body))
+    return chain.result(), called
+
+
+def test_preempt_replies_replace_the_map():
+    res, called = run_preempt([(be("a"), 200, preply({"n1": mv("u2", pdb=1), "n3": mv("u4")})),
+                               (be("b"), 200, preply({"n3": mv("u4", pdb=2)}))])
+    assert called[1][1] == {"n1": mv("u2", pdb=1), "n3": mv("u4")}
+    assert res.victims == {"n3": mv("u4", pdb=2)} and res.error == ""
+
+
+def test_an_empty_preempt_map_ends_the_chain():
+    res, called = run_preempt([(be("a"), 200, preply({})), (be("b"), 200, preply({"n1": mv("u1")}))])
+    assert res.victims == {} and len(called) == 1
+
+
+def test_no_preempt_call_for_an_empty_map():
+    assert PreemptChain({}).done
+
+
+def test_an_ignorable_preempt_failure_is_skipped():
+    res, called = run_preempt([(be("a", ignorable=True), 500, b""), (be("b"), 200, preply({"n2": mv("u3")}))])
+    assert called[1][1] == START and res.victims == {"n2": mv("u3")} and res.steps[0].outcome == "skipped"
+
+
+@pytest.mark.parametrize(
+    "status, body, error",
+    [
+        (None, "timeout", "timeout"),
+        (200, preply({"n1": mv("u9")}), "claims to preempt pod (UID: u9) on node: n1"),
+        (200, preply({"n1": mv()}), 'expected at least one victim pod on node "n1"'),
+    ],
+)
+def test_a_non_ignorable_preempt_failure_ends_in_error(status, body, error):
+    res, called = run_preempt([(be("a"), status, body), (be("b"), 200, preply({"n2": mv("u3")}))])
+    assert error in res.error and res.victims == {} and len(called) == 1
+
+
+def test_an_ignorable_preempt_backend_drops_nodes_without_victims():
+    res, _ = run_preempt([(be("a", ignorable=True), 200, preply({"n1": mv(), "n2": mv("u3"), "n3": None}))])
+    assert res.victims == {"n2": mv("u3")} and res.error == ""
+
+
+def test_an_ignorable_preempt_backend_left_with_nothing_ends_the_chain():
+    res, called = run_preempt([(be("a", ignorable=True), 200, preply({"n1": mv()})), (be("b"), 200, preply({}))])
+    assert res.victims == {} and len(called) == 1
+
+
+def test_preempt_uids_are_checked_against_what_the_proxy_was_given():
+    res, _ = run_preempt([(be("a"), 200, preply({"n1": mv("u1")})), (be("b"), 200, preply({"n1": mv("u2")}))])
+    assert res.victims == {"n1": mv("u2")}
+    v = judge_preempt_for(be("a", ignorable=True), {"n1": ["u1"]}, 200, preply({"n1": mv("u7"), "n2": mv()}))
+    assert v.outcome == "error"  # a UID error is not rescued by dropping empty nodes
+
+
+# ------------------------------------------------------------------ bind
+
+
+def test_it_chooses_the_first_interested_binder():
+    backends = [be("x", bind_verb="bind", managed=[GPU], ignorable=True), be("y")]
+    assert choose_binder(backends, pod(requests=[GPU])).name == "x"
+    assert choose_binder(backends, pod(requests=["cpu"])) is None
+
+
+@pytest.mark.parametrize(
+    "ignorable, answer, expected",
+    [
+        (False, judge_bind("b", 200, b'{"Error":""}'), "bound"),
+        (True, judge_bind("b", 200, b'{"Error":""}'), "bound"),
+        (False, judge_bind("b", 200, b'{"Error":"no"}'), "error"),
+        (True, judge_bind("b", 500, b""), "default-binder"),
+        (False, "timeout", "error"),
+        (True, None, "default-binder"),
+    ],
+)
+def test_bind_fallthrough(ignorable, answer, expected):
+    assert bind_fallthrough(be("b", bind_verb="bind", ignorable=ignorable), answer) == expected
+
+
+# ------------------------------------------------------------------ combined entry
+
+
+def test_combined_entry_derives_every_field():
+    backends = [
+        be("a", managed=[GPU], http_timeout=2.0, node_cache_capable=False, prioritize_verb=""),
+        be("b", managed=["example.com/fpga"], http_timeout=3.5, ignorable=True, bind_verb="", weight=4),
+        be("c", managed=["example.com/nic"], bind_verb="bind", filter_verb="", preempt_verb="", http_timeout=1),
+    ]
+    entry = combined_entry(backends, url_prefix="http://proxy:8000/extender")
+    assert entry == {
+        "urlPrefix": "http://proxy:8000/extender",
+        "filterVerb": "filter", "preemptVerb": "preempt", "prioritizeVerb": "prioritize",
+        "weight": 1, "bindVerb": "bind",
+        "httpTimeout": "6500ms",  # filter chain 2 + 3.5, plus the margin
+        "nodeCacheCapable": False,
+        "managedResources": [{"name": GPU, "ignoredByScheduler": False},
+                             {"name": "example.com/fpga", "ignoredByScheduler": False},
+                             {"name": "example.com/nic", "ignoredByScheduler": False}],
+        "ignorable": False,
+    }
+
+
+@pytest.mark.parametrize(
+    "backends, key, value",
+    [
+        ([be("a"), be("b", managed=[GPU])], "managedResources", None),  # a sees every pod
+        ([be("a", ignorable=True), be("b", ignorable=True)], "ignorable", True),
+        ([be("a", ignorable=True), be("b")], "ignorable", False),
+        ([be("a"), be("b")], "nodeCacheCapable", True),
+        ([be("a"), be("b", node_cache_capable=False)], "nodeCacheCapable", False),
+        ([be("a", filter_verb="", prioritize_verb="", preempt_verb="")], "filterVerb", None),
+        ([be("a", filter_verb="", prioritize_verb="")], "prioritizeVerb", None),
+        ([be("a", bind_verb="")], "bindVerb", None),
+        ([be("a", http_timeout=5), be("b", http_timeout=5)], "httpTimeout", f"{10 + int(COMBINED_TIMEOUT_MARGIN)}s"),
+        ([be("a", filter_verb="", preempt_verb="", http_timeout=7), be("b", filter_verb="", preempt_verb="", http_timeout=3)],
+         "httpTimeout", f"{7 + int(COMBINED_TIMEOUT_MARGIN)}s"),  # prioritize runs in parallel
+    ],
+)
+def test_combined_entry_truth_table(backends, key, value):
+    entry = combined_entry(backends)
+    assert isinstance(entry, dict) and entry.get(key) == value
+
+
+def test_combined_entry_parallel_filter_budget_is_the_slowest():
+    backends = [be("a", http_timeout=5, preempt_verb=""), be("b", http_timeout=2, preempt_verb="")]
+    assert combined_entry(backends, parallel_filter=True)["httpTimeout"] == "6s"
+
+
+def test_combined_entry_keeps_ignored_by_scheduler():
+    b = BackendConfig(name="a", filter_verb="filter", managed_resources=(ManagedResource(GPU, True),))
+    assert combined_entry([b])["managedResources"] == [{"name": GPU, "ignoredByScheduler": True}]
+
+
+@pytest.mark.parametrize(
+    "backends, words",
+    [
+        ([], "no backends"),
+        ([be("a", bind_verb="bind", ignorable=True), be("b")], "ignorable binder"),
+        ([be("a"), BackendConfig(name="g", filter_verb="filter", managed_resources=(ManagedResource(GPU, True),))],
+         "ignoredByScheduler"),
+    ],
+)
+def test_combined_entry_refusals(backends, words):
+    r = combined_entry(backends)
+    assert isinstance(r, CombinedRefusal) and words in r.reason
+
+
+def test_an_all_ignorable_set_with_an_ignorable_binder_is_represented():
+    entry = combined_entry([be("a", bind_verb="bind", ignorable=True), be("b", ignorable=True)])
+    assert entry["ignorable"] is True and entry["bindVerb"] == "bind"
+
+
+def test_combined_caveats_name_the_narrow_binder():
+    notes = combined_caveats([be("a", bind_verb="bind", managed=[GPU]), be("b")])
+    assert any("binder 'a'" in n for n in notes)
+    assert combined_caveats([be("a", bind_verb="bind"), be("b")]) == []
