@@ -25,7 +25,7 @@ import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import msgspec
 
@@ -279,10 +279,10 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
 
 def _input_victims(args: protocol.PreemptionArgs) -> dict[str, list[str]]:
     if args.node_to_meta_victims is not None:
-        return {node: list(mv.pods) for node, mv in args.node_to_meta_victims.items()}
+        return {node: list(mv.pods) if mv else [] for node, mv in args.node_to_meta_victims.items()}
     result: dict[str, list[str]] = {}
     for node, victims in (args.node_to_victims or {}).items():
-        result[node] = [protocol.pod_identity(p)[2] for p in victims.pods]
+        result[node] = [protocol.pod_identity(p)[2] for p in victims.pods] if victims else []
     return result
 
 
@@ -532,7 +532,7 @@ class Recorder:
         new_nodes = [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()]
         return built, new_nodes, used - fresh.keys()
 
-    def store_batch(self, built: list, new_nodes: list, used: set[str] = frozenset()) -> list[dict[str, Any]]:
+    def store_batch(self, built: list, new_nodes: list, used: Collection[str] = ()) -> list[dict[str, Any]]:
         """One transaction; on failure nothing is stored and the same rows can be stored again."""
         from django.db import transaction
 
@@ -558,7 +558,7 @@ class Recorder:
         metrics.RECORDER_WRITTEN.inc(len(built))
         return [call.to_json() for call, _ in built]
 
-    def _touch_nodes(self, used: set[str]) -> None:
+    def _touch_nodes(self, used: Collection[str]) -> None:
         """Refresh last_seen of nodes still in use, each at most every TOUCH_EVERY seconds."""
         from django.utils import timezone as dj_timezone
 

@@ -241,3 +241,17 @@ def test_it_redacts_secrets_before_storing(backend_server, proxy, write_config, 
     stored = decompress(bytes(Call.objects.get().request_body))
     assert b"hunter2-secret" not in stored
     assert b"DB_PASSWORD" in stored and b"last-applied-configuration" not in stored
+
+
+def test_it_records_a_preempt_request_with_a_null_victims_entry(backend_server, proxy, write_config, admin_client):
+    backend = backend_server({"*": reply(200, {"NodeNameToMetaVictims": {}})})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+    request = json.loads(fixture_bytes("preempt-request.nodecache-true.json"))
+    node = next(iter(request["NodeNameToMetaVictims"]))
+    request["NodeNameToMetaVictims"][node] = None
+
+    response = post(server, "/extender/gpu/preempt", json.dumps(request).encode())
+
+    assert response.status_code == 200
+    call = only_call(admin_client, server)
+    assert call["verb"] == "preempt" and call["outcome"] == "ok" and call["node_count"] == len(request["NodeNameToMetaVictims"])

@@ -82,14 +82,15 @@ class PolicyBackend(Backend):
     def _preempt(self, body: bytes) -> bytes:
         args = protocol.decode_preemption_args(body)
         if args.node_to_victims is not None:
-            given = {node: v.pods for node, v in args.node_to_victims.items()}
-            pdb = {node: v.num_pdb_violations for node, v in args.node_to_victims.items()}
+            full = {node: v for node, v in args.node_to_victims.items() if v is not None}
+            given = {node: v.pods for node, v in full.items()}
+            pdb = {node: v.num_pdb_violations for node, v in full.items()}
         else:
-            meta = args.node_to_meta_victims or {}
+            meta = {node: mv for node, mv in (args.node_to_meta_victims or {}).items() if mv is not None}
             given = {node: [{"metadata": {"uid": uid}} for uid in mv.pods] for node, mv in meta.items()}
             pdb = {node: mv.num_pdb_violations for node, mv in meta.items()}
         kept = self.policy.preempt(args.pod, given)
-        result = {
+        result: dict[str, protocol.MetaVictims | None] = {
             node: protocol.MetaVictims([protocol.pod_identity(p)[2] for p in victims], pdb.get(node, 0))
             for node, victims in kept.items()
         }

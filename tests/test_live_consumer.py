@@ -1,0 +1,120 @@
+"""The /ws/live/ consumer in-process, through the real ASGI stack (origin check, session and
+token auth, router) with WebsocketCommunicator: authentication, reset-then-stream, batching,
+and what happens at the buffer bound."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+
+from extproxy.recorder import LIVE_GROUP
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def summary(i: int) -> dict:
+    return {"id": i, "verb": "filter", "backend": "gpu", "pod": {"namespace": "ml", "name": f"p{i}", "uid": ""},
+            "outcome": "ok", "duration_ms": 1.0, "error": ""}
+
+
+@database_sync_to_async
+def token_for(username: str, superuser: bool = True) -> str:
+    from django.contrib.auth.models import User
+    from rest_framework.authtoken.models import Token
+
+    user = User.objects.create_user(username, password="pw", is_superuser=superuser)
+    return Token.objects.create(user=user).key
+
+
+async def connect(query: str = "") -> tuple[WebsocketCommunicator, bool, int | None]:
+    from extproxy.asgi import application
+
+    communicator = WebsocketCommunicator(application, "/ws/live/" + query)
+    connected, code = await communicator.connect()
+    return communicator, connected, code
+
+
+async def open_stream() -> WebsocketCommunicator:
+    communicator, connected, _ = await connect("?token=" + await token_for("op"))
+    assert connected
+    assert await communicator.receive_json_from() == {"type": "reset"}  # the client loads its snapshot
+    return communicator
+
+
+async def publish(*batches: list[dict]) -> None:
+    layer = get_channel_layer()
+    for calls in batches:
+        await layer.group_send(LIVE_GROUP, {"type": "calls.batch", "calls": calls})
+
+
+async def test_it_closes_anonymous_connections():
+    communicator, connected, code = await connect()
+    assert not connected and code == 4401
+
+
+async def test_it_closes_connections_with_a_bad_token():
+    communicator, connected, code = await connect("?token=nope")
+    assert not connected and code == 4401
+
+
+async def test_it_closes_connections_of_users_without_a_role():
+    communicator, connected, code = await connect("?token=" + await token_for("nobody", superuser=False))
+    assert not connected and code == 4403
+
+
+async def test_it_sends_reset_then_streams_a_single_call_as_calls_add():
+    communicator = await open_stream()
+    await publish([summary(1)])
+    assert await communicator.receive_json_from(timeout=2) == {"type": "calls/add", "payload": summary(1)}
+    await communicator.disconnect()
+
+
+async def test_it_batches_a_burst_of_group_messages_into_one_message():
+    communicator = await open_stream()
+    started = asyncio.get_running_loop().time()
+    await publish(*[[summary(i)] for i in range(60)])  # 60 group messages, well under 100 ms
+    assert asyncio.get_running_loop().time() - started < 0.1
+
+    message = await communicator.receive_json_from(timeout=2)
+
+    assert message["type"] == "calls/batch"
+    assert [c["id"] for c in message["payload"]] == list(range(60))
+    assert await communicator.receive_nothing(timeout=0.3)
+    await communicator.disconnect()
+
+
+async def test_it_drops_the_buffer_and_sends_reset_at_the_bound(settings):
+    settings.EXTPROXY_LIVE_BUFFER = 100
+    communicator = await open_stream()
+    await publish([summary(i) for i in range(60)], [summary(i) for i in range(60, 120)], [summary(120)])
+
+    assert await communicator.receive_json_from(timeout=2) == {"type": "reset"}
+    assert await communicator.receive_nothing(timeout=0.3)  # the dropped calls are not sent after it
+
+    await publish([summary(200)])  # after the reset, streaming goes on
+    assert (await communicator.receive_json_from(timeout=2))["payload"]["id"] == 200
+    await communicator.disconnect()
+
+
+async def test_it_accepts_the_session_cookie_of_a_logged_in_user():
+    from django.test import Client
+
+    @database_sync_to_async
+    def session_cookie() -> str:
+        from django.contrib.auth.models import User
+
+        User.objects.create_superuser("browser", "", "pw")
+        client = Client()
+        assert client.login(username="browser", password="pw")
+        return client.cookies["sessionid"].value
+
+    from extproxy.asgi import application
+
+    cookie = await session_cookie()
+    communicator = WebsocketCommunicator(application, "/ws/live/", headers=[(b"cookie", f"sessionid={cookie}".encode())])
+    connected, _ = await communicator.connect()
+    assert connected and await communicator.receive_json_from() == {"type": "reset"}
+    await communicator.disconnect()
