@@ -168,16 +168,18 @@ def reason_summary(filter_calls_: list[Call]) -> list[dict]:
             if d["result"] == "passed":
                 entry["passed"] += 1
             else:
-                entry["reasons"][(d["result"], d.get("reason") or "(no reason given)")] += 1
+                entry["reasons"][d.get("reason") or "(no reason given)"] += 1
+                entry.setdefault("results", defaultdict(set))[d.get("reason") or "(no reason given)"].add(d["result"])
         if call.outcome != "ok" and not call.decisions():
             per_backend.setdefault(
                 call.backend, {"backend": call.backend, "total": call.node_count, "passed": 0, "reasons": Counter()}
-            )["reasons"][("error", call.error or call.outcome)] += call.node_count or 1
+            )["reasons"][call.error or call.outcome] += call.node_count or 1
     out = []
     for entry in per_backend.values():
-        reasons = [
-            {"result": result, "reason": reason, "count": count}
-            for (result, reason), count in sorted(entry["reasons"].items(), key=lambda kv: (kv[0][1], kv[0][0]))
+        results = entry.pop("results", {})
+        reasons = [  # one line per reason, as the scheduler counts them
+            {"result": ", ".join(sorted(results.get(reason, {"error"}))), "reason": reason, "count": count}
+            for reason, count in sorted(entry["reasons"].items())
         ]
         text = ", ".join(f"{r['count']} {r['reason']}" for r in reasons)
         message = f"{entry['passed']}/{entry['total']} nodes are available"
@@ -204,6 +206,19 @@ def score_matrix(prioritize_calls: list[Call]) -> tuple[list[str], list[dict]]:
         row["rank"] = ordered[i - 1]["rank"] if i and ordered[i - 1]["total"] == row["total"] else i + 1
         row["cells"] = [row["scores"].get(b) for b in backends]
     return backends, ordered
+
+
+def pod_labels(calls: list[Call]) -> dict[str, str]:
+    """The pod's labels as the newest of these (filter or prioritize) requests carried them."""
+    for call in sorted(calls, key=lambda c: (c.started_at, c.id), reverse=True):
+        try:
+            pod = json.loads(restore_body(bytes(call.request_body), lambda refs: {})).get("Pod") or {}
+        except (ValueError, AttributeError):
+            continue
+        labels = (pod.get("metadata") or {}).get("labels")
+        if isinstance(labels, dict):
+            return {str(k): str(v) for k, v in labels.items()}
+    return {}
 
 
 def bound_node(calls: list[Call]) -> str | None:

@@ -92,6 +92,7 @@ def pod(request, namespace: str, name: str):
             score_backends=score_backends,
             score_page=_page(request, score_rows, SCORE_PAGE, "spage"),
             bound=bound,
+            labels=queries.pod_labels(filters + prioritizes),
             node_total=len(nodes),
         )
     fragments = {"node-table": "dashboard/_node_table.html", "score-matrix": "dashboard/_score_matrix.html"}

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import msgspec
 
-from . import metrics
+from . import metrics, protocol
 from .backends import Backend, Exchange, build_backend
+from .backends.base import now
 from .config import ProxyConfig, load_config
 from .recorder import Recorder, Trace
 
@@ -56,6 +57,7 @@ class Engine:
         else:
             policies = {name: parse_policy(name, data) for name, data in config.policies.items()}
         self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
+        self._combined = None
 
     async def per_backend(self, backend: Backend, verb: str, verb_string: str, body: bytes) -> Answer:
         exchange = await backend.exchange(verb, verb_string, body)
@@ -85,7 +87,55 @@ class Engine:
         )
         return answer
 
+    async def combined(self, verb: str, body: bytes) -> Answer:
+        """The combined form: every backend by the scheduler's rules (see combined.py)."""
+        started = now()
+        runner = self._combined_runner()
+        ok = True
+        try:
+            if verb == "preempt":
+                data, children, ok = await runner.preempt(body)
+            else:
+                data, children = await getattr(runner, verb)(body)
+        except protocol.ProtocolError as exc:
+            data, children = self._bad_request(verb, str(exc)), []
+            ok = verb in ("filter", "bind")
+        answer = Answer(200, data) if ok else Answer(502, data, "text/plain; charset=utf-8")
+        self.recorder.submit(
+            Trace(
+                verb=verb,
+                backend="combined",
+                url="combined",
+                started_at=started,
+                finished_at=now(),
+                request_body=body,
+                status=answer.status,
+                response_body=answer.body,
+                answered_status=answer.status,
+                weight=1,
+                form="combined",
+                backend_calls=children,
+            )
+        )
+        return answer
+
+    @staticmethod
+    def _bad_request(verb: str, reason: str) -> bytes:
+        text = f"extproxy: bad request: {reason}".replace("%", " percent")
+        if verb in ("filter", "bind"):
+            return msgspec.json.encode({"Error": text})
+        return text.encode()
+
+    def _combined_runner(self):
+        if self._combined is None:
+            from .combined import Combined
+
+            self._combined = Combined(self)
+        return self._combined
+
     async def close(self) -> None:
+        if self._combined is not None and self._combined._node_cache is not None:
+            self._combined._node_cache.stop()
         for backend in self.backends.values():
             await backend.close()
 

@@ -800,6 +800,74 @@ def summarize_extender_args(body: bytes) -> ArgsSummary:
     return ArgsSummary(ns, pname, uid, [], "none")
 
 
+@dataclass(slots=True)
+class RawArgs:
+    """ExtenderArgs split for forwarding: the Pod decoded, each Node item kept as its bytes.
+
+    The combined form re-sends subsets of the candidates to each backend; keeping the items
+    as bytes lets it build those bodies by joining slices instead of encoding Node objects.
+    """
+
+    pod: dict
+    pod_raw: bytes
+    node_names: list[str]
+    items: list[bytes] | None  # the Nodes items (full-object mode); None in names mode
+
+
+_raw_items_decoder = msgspec.json.Decoder(list[msgspec.Raw] | None)
+
+
+class _RawNodeList(msgspec.Struct):
+    items: list[msgspec.Raw] | None = None
+
+
+_raw_nodelist_decoder = msgspec.json.Decoder(_RawNodeList | None)
+_one_obj_decoder = msgspec.json.Decoder(_Obj | None)
+
+
+def split_extender_args(body: bytes) -> RawArgs:
+    """Decode the Pod and the node names; keep Node items as raw bytes (see RawArgs)."""
+    summary = summarize_extender_args(body)
+    pod_raw = b"null"
+    nodes_raw: _Buf | None = None
+    for name, val in _top(body, "v1.ExtenderArgs", _F_ARGS):
+        if name == "Pod":
+            pod_raw = bytes(_trim(val))
+        elif name == "Nodes":
+            nodes_raw = val
+    pod = msgspec.json.decode(pod_raw) or {}
+    if summary.mode != "objects" or nodes_raw is None:
+        return RawArgs(pod, pod_raw, summary.node_names, None)
+    lst = _typed(_raw_nodelist_decoder, nodes_raw, "ExtenderArgs.Nodes")
+    items = [bytes(i) for i in (lst.items or ())] if lst is not None else []
+    return RawArgs(pod, pod_raw, summary.node_names, items)
+
+
+def node_name_of(item: bytes) -> str:
+    """metadata.name of one Node object's JSON ('' when absent)."""
+    obj = _one_obj_decoder.decode(item)
+    return (obj.metadata.name or "") if obj is not None and obj.metadata is not None else ""
+
+
+def join_extender_args(pod_raw: bytes, names: list[str] | None = None, items: list[bytes] | None = None) -> bytes:
+    """ExtenderArgs bytes from parts, as the scheduler writes them (the unused key is null)."""
+    if items is not None:
+        return b'{"Pod":' + pod_raw + b',"Nodes":{"metadata":{},"items":[' + b",".join(items) + b']},"NodeNames":null}'
+    return b'{"Pod":' + pod_raw + b',"Nodes":null,"NodeNames":' + _enc(names or []) + b"}"
+
+
+def join_filter_result(
+    names: list[str] | None, items: list[bytes] | None, failed: dict[str, str], unresolvable: dict[str, str], error: str = ""
+) -> bytes:
+    """ExtenderFilterResult bytes; Node items joined as given."""
+    nodes = b'{"metadata":{},"items":[' + b",".join(items) + b"]}" if items is not None else b"null"
+    return (
+        b'{"Nodes":' + nodes + b',"NodeNames":' + (_enc(names) if names is not None else b"null")
+        + b',"FailedNodes":' + _enc(_sorted_map(failed) or {}) + b',"FailedAndUnresolvableNodes":'
+        + _enc(_sorted_map(unresolvable) or {}) + b',"Error":' + _enc(error) + b"}"
+    )
+
+
 def pod_identity(pod: dict) -> tuple[str, str, str]:
     """(namespace, name, uid) of a Pod dict; '' for anything absent or not a string."""
     md = pod.get("metadata") if isinstance(pod, dict) else None

@@ -248,6 +248,7 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
             summary = protocol.summarize_extender_args(trace.request_body)
             ident.update(namespace=summary.pod_namespace, name=summary.pod_name, uid=summary.pod_uid)
             ident["nodes"] = summary.node_names
+            ident["names_mode"] = summary.mode == "names"
         elif trace.verb == "bind":
             args = protocol.decode_binding_args(trace.request_body)
             ident.update(namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, nodes=[args.node])
@@ -263,8 +264,10 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
         return ident, None
     how = {"verb": trace.verb_string or trace.verb}
     if trace.verb == "filter":
+        # The combined entry's mode is whichever the scheduler used for this request.
+        cache_capable = ident.get("names_mode", False) if trace.form == "combined" else trace.node_cache_capable
         verdict = semantics.judge_filter(
-            trace.backend, trace.node_cache_capable, ident["nodes"], trace.status, trace.response_body, trace.url, **how
+            trace.backend, cache_capable, ident["nodes"], trace.status, trace.response_body, trace.url, **how
         )
     elif trace.verb == "prioritize":
         verdict = semantics.judge_prioritize(
@@ -287,7 +290,11 @@ def _input_victims(args: protocol.PreemptionArgs) -> dict[str, list[str]]:
 
 
 def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, nodes: NodeDeduper):
-    """An unsaved Call (and its BackendCalls) for one trace."""
+    """An unsaved Call (and its BackendCalls) for one trace.
+
+    A combined call's decisions are its own (backend "combined") followed by each backend's,
+    so one call shows every backend's verdict on every node.
+    """
     from .models import BackendCall, Call  # the writer runs with Django set up
 
     ident, verdict = judge(trace)
@@ -295,6 +302,26 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
     if "request_error" in ident:
         findings.append({"kind": "bad-request", "detail": ident["request_error"]})
     counts = {r: sum(1 for d in decisions if d["result"] == r) for r in ("passed", "failed", "unresolvable")}
+    children = []
+    for child in trace.backend_calls:
+        _, child_verdict = judge(child)
+        c_outcome, c_error, c_findings, c_decisions = _outcome(child, child_verdict)
+        decisions = decisions + c_decisions
+        children.append(
+            BackendCall(
+                backend=child.backend,
+                verb=child.verb,
+                started_at=_when(child.started_at),
+                finished_at=_when(child.finished_at),
+                outcome=c_outcome,
+                http_status=child.status,
+                error=c_error,
+                findings=c_findings,
+                request_body=compress(compact_body(child.request_body, rules, nodes)),
+                response_body=compress(compact_body(child.response_body, rules, nodes)),
+                decisions_blob=compress(msgspec.json.encode(c_decisions)),
+            )
+        )
     call = Call(
         verb=trace.verb,
         backend=trace.backend,
@@ -318,25 +345,6 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         response_status=trace.answered_status,
         decisions_blob=compress(msgspec.json.encode(decisions)),
     )
-    children = []
-    for child in trace.backend_calls:
-        _, child_verdict = judge(child)
-        c_outcome, c_error, c_findings, c_decisions = _outcome(child, child_verdict)
-        children.append(
-            BackendCall(
-                backend=child.backend,
-                verb=child.verb,
-                started_at=_when(child.started_at),
-                finished_at=_when(child.finished_at),
-                outcome=c_outcome,
-                http_status=child.status,
-                error=c_error,
-                findings=c_findings,
-                request_body=compress(compact_body(child.request_body, rules, nodes)),
-                response_body=compress(compact_body(child.response_body, rules, nodes)),
-                decisions_blob=compress(msgspec.json.encode(c_decisions)),
-            )
-        )
     return call, children
 
 

@@ -12,12 +12,9 @@ Pure functions, no Django, no I/O. Sections:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from extproxy.config import BackendConfig, ManagedResource
 from extproxy.protocol import (
     MAX_EXTENDER_PRIORITY,
     MIN_EXTENDER_PRIORITY,
@@ -30,6 +27,9 @@ from extproxy.protocol import (
     decode_preemption_result,
     envelope_keys,
 )
+
+if TYPE_CHECKING:  # annotations only: semantics needs no config loading at run time
+    from extproxy.config import BackendConfig, ManagedResource
 
 # =============================================================================================
 # Judge: one backend's reply, read the way kube-scheduler reads it
@@ -880,7 +880,7 @@ class CombinedRefusal:
 
 
 def _go_duration(seconds: float) -> str:
-    ms = int(math.ceil(round(seconds * 1000, 6)))
+    ms = -int(-round(seconds * 1000, 6) // 1)  # ceiling, in whole milliseconds
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 

@@ -1,6 +1,6 @@
 """The extender endpoints, as a bare ASGI application in the scheduler's hot path.
 
-`POST /extender/<backend>/<verb>` (per-backend form). These requests bypass Django's request
+`POST /extender/<backend>/<verb>` (per-backend form) and `POST /extender/<verb>` (combined). These requests bypass Django's request
 machinery on purpose: no middleware, no CSRF check (the scheduler sends no token), no
 APPEND_SLASH redirect (the Go client would turn it into a body-less GET), no thread hop. The
 body is read once, bounded by EXTPROXY_MAX_BODY_BYTES (413 above it, checked on
@@ -75,10 +75,10 @@ async def extender_app(scope: Scope, receive: Receive, send: Send) -> None:
     verb_string = verb_string.rstrip("/") if verb_string.endswith("/") else verb_string
     backend = engine.backends.get(backend_name)
     if not verb_string:
-        if backend_name in VERBS:
-            await respond(send, refusal(404, "the combined form is not available yet; use /extender/<backend>/<verb>", "combined"))
-        else:
+        if backend_name not in VERBS:
             await respond(send, refusal(404, f"no such endpoint: {scope['path']}", "path"))
+            return
+        await combined(scope, receive, send, engine, backend_name, started)
         return
     if backend is None:
         await respond(send, refusal(404, f"unknown backend {backend_name!r}; configured: {sorted(engine.backends)}", "backend"))
@@ -90,16 +90,36 @@ async def extender_app(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["method"] != "POST":
         await respond(send, refusal(405, "extender calls are POST requests", "method"))
         return
-    from django.conf import settings
-
-    try:
-        body = await read_body(scope, receive, settings.EXTPROXY_MAX_BODY_BYTES)
-    except BodyTooLarge:
-        limit = settings.EXTPROXY_MAX_BODY_BYTES
-        await respond(send, refusal(413, f"request body larger than {limit} bytes (EXTPROXY_MAX_BODY_BYTES)", "too-large"))
-        return
-    except ConnectionError:
+    body = await body_or_refusal(scope, receive, send)
+    if body is None:
         return
     answer = await engine.per_backend(backend, verb, verb_string, body)
     await respond(send, answer)
     metrics.REQUEST_DURATION.labels(backend_name, verb).observe(time.perf_counter() - started)
+
+
+async def combined(scope: Scope, receive: Receive, send: Send, engine, verb: str, started: float) -> None:
+    """`POST /extender/<verb>`: the combined form."""
+    if scope["method"] != "POST":
+        await respond(send, refusal(405, "extender calls are POST requests", "method"))
+        return
+    body = await body_or_refusal(scope, receive, send)
+    if body is None:
+        return
+    answer = await engine.combined(verb, body)
+    await respond(send, answer)
+    metrics.REQUEST_DURATION.labels("combined", verb).observe(time.perf_counter() - started)
+
+
+async def body_or_refusal(scope: Scope, receive: Receive, send: Send) -> bytes | None:
+    """The request body, or None after answering 413 (or when the client went away)."""
+    from django.conf import settings
+
+    limit = settings.EXTPROXY_MAX_BODY_BYTES
+    try:
+        return await read_body(scope, receive, limit)
+    except BodyTooLarge:
+        await respond(send, refusal(413, f"request body larger than {limit} bytes (EXTPROXY_MAX_BODY_BYTES)", "too-large"))
+    except ConnectionError:
+        pass
+    return None

@@ -6,12 +6,12 @@
   const data = JSON.parse(document.getElementById("chart-data").textContent);
   const width = () => Math.min(560, Math.max(320, window.innerWidth / 2 - 40));
 
-  function chart(container, title, series, columns) {
+  function chart(container, title, series, columns, axes) {
     const box = document.createElement("div");
     box.className = "chart";
     container.appendChild(box);
     return new uPlot({ title: title, width: width(), height: 220, series: series,
-      axes: [{}, { size: 60 }], scales: { x: { time: true } } }, columns, box);
+      axes: axes || [{}, { size: 60 }], scales: { x: { time: true } } }, columns, box);
   }
 
   for (const container of document.querySelectorAll(".charts")) {
@@ -31,7 +31,8 @@
         [{}, { label: "calls/s", stroke: "#37c", scale: "rate" },
           { label: "error rate", stroke: "#d33", scale: "ratio" },
           { label: "timeout rate", stroke: "#a3c", scale: "ratio" }],
-        [t, s.points.map((p) => p.rate), s.points.map((p) => p.error_rate), s.points.map((p) => p.timeout_rate)]);
+        [t, s.points.map((p) => p.rate), s.points.map((p) => p.error_rate), s.points.map((p) => p.timeout_rate)],
+        [{}, { scale: "rate", size: 60, label: "calls/s" }, { scale: "ratio", side: 1, size: 50, label: "rate" }]);
     }
   }
 })();

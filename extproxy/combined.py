@@ -1,0 +1,264 @@
+"""The combined form: extproxy as ONE extender that runs every backend by the scheduler's rules.
+
+The rules themselves are in `semantics` (pure); this module does the I/O around them: it
+builds each backend's request in that backend's own mode (names, or full Node objects kept
+as bytes from the request or taken from the node cache), calls it, feeds the judged reply
+into the chain, and answers the scheduler. Every backend call becomes a child Trace of the
+combined call's Trace.
+
+Registered with full Node objects (nodeCacheCapable: false), the proxy has every object it
+needs. Registered with names only while some backend needs objects, it takes them from the
+node cache (Kubernetes API list and watch); nodes the cache does not know fail that backend's
+call (its ignorable rule then applies). Preempt to a full-object backend needs the victims'
+full Pods, which the proxy has only when registered with full objects.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from . import kube, protocol, semantics
+from .backends import Backend, Exchange
+from .backends.base import now
+from .config import BackendConfig
+from .recorder import Trace
+
+if TYPE_CHECKING:
+    from .engine import Answer, Engine
+
+COMBINED = "combined"
+_POD_MEMORY = 10_000  # pods remembered from filter/prioritize for the bind's interest check
+
+
+class Combined:
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
+        self.configs = [b.config for b in engine.backends.values()]
+        self.parallel_filter = engine.config.parallel_filter
+        self._pods: OrderedDict[str, dict] = OrderedDict()
+        self._lock = threading.Lock()
+        self._node_cache = None
+
+    # --- shared pieces --------------------------------------------------------------------
+
+    def backend(self, config: BackendConfig) -> Backend:
+        return self.engine.backends[config.name]
+
+    def node_cache(self):
+        if self._node_cache is None:
+            from .nodecache import NodeCache
+
+            self._node_cache = NodeCache().start()
+        return self._node_cache
+
+    def remember_pod(self, pod: dict) -> None:
+        uid = protocol.pod_identity(pod)[2]
+        if uid:
+            with self._lock:
+                self._pods[uid] = pod
+                self._pods.move_to_end(uid)
+                while len(self._pods) > _POD_MEMORY:
+                    self._pods.popitem(last=False)
+
+    def args_for(self, config: BackendConfig, args: protocol.RawArgs, names: list[str], body: bytes) -> bytes | str:
+        """The request for one backend in its own mode, or the reason it cannot be built."""
+        same_list = names == args.node_names
+        if config.node_cache_capable:
+            if same_list and args.items is None:
+                return body  # nothing to convert: forward the scheduler's bytes
+            return protocol.join_extender_args(args.pod_raw, names=names)
+        if args.items is not None:
+            if same_list:
+                return body
+            by_name = dict(zip(args.node_names, args.items))
+            return protocol.join_extender_args(args.pod_raw, items=[by_name[n] for n in names if n in by_name])
+        found, missing = self.node_cache().get_many(names)
+        if missing:
+            return f"no Node object for {len(missing)} node(s) (e.g. {missing[0]}) in the node cache"
+        return protocol.join_extender_args(args.pod_raw, items=[msgspec.json.encode(n) for n in found])
+
+    async def call(self, config: BackendConfig, verb: str, request: bytes | str) -> Exchange:
+        if isinstance(request, str):  # the request could not be built: a failed call
+            t = now()
+            return Exchange(t, t, None, error=request, permanent=True)
+        return await self.backend(config).exchange(verb, config.verb_string(verb), request)
+
+    @staticmethod
+    def child(config: BackendConfig, verb: str, request: bytes | str, exchange: Exchange) -> Trace:
+        return Trace(
+            verb=verb,
+            backend=config.name,
+            url=config.url_prefix or f"policy:{config.policy}",
+            verb_string=config.verb_string(verb),
+            started_at=exchange.started_at,
+            finished_at=exchange.finished_at,
+            request_body=request if isinstance(request, bytes) else b"",
+            status=exchange.status,
+            response_body=exchange.body,
+            answered_status=exchange.status or 0,
+            transport_error=exchange.error,
+            timed_out=exchange.timed_out,
+            node_cache_capable=config.node_cache_capable,
+            weight=config.weight,
+        )
+
+    # --- verbs ----------------------------------------------------------------------------
+
+    async def filter(self, body: bytes) -> tuple[bytes, list[Trace]]:
+        args = protocol.split_extender_args(body)
+        self.remember_pod(args.pod)
+        backends = semantics.interested(self.configs, args.pod, "filter")
+        children: list[Trace] = []
+        if self.parallel_filter:
+            result = await self._parallel_filter(args, body, backends, children)
+        else:
+            chain = semantics.FilterChain(args.node_names)
+            for config in backends:
+                if chain.done:
+                    break
+                request = self.args_for(config, args, chain.remaining, body)
+                exchange = await self.call(config, "filter", request)
+                verdict = chain.judge(config, exchange.status, exchange.body) if exchange.status is not None else None
+                chain.apply(config, verdict, exchange.error)
+                children.append(self.child(config, "filter", request, exchange))
+                self._learn_objects(args, config, verdict, exchange)
+            result = chain.result()
+        if result.error:
+            return protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error), children
+        if args.items is not None:
+            by_name = dict(zip(args.node_names, args.items))
+            items = [by_name[n] for n in result.passed if n in by_name]
+            return protocol.join_filter_result(None, items, result.failed, result.unresolvable), children
+        return protocol.join_filter_result(result.passed, None, result.failed, result.unresolvable), children
+
+    async def _parallel_filter(self, args, body, backends, children) -> semantics.CombinedFilter:
+        requests = [self.args_for(c, args, args.node_names, body) for c in backends]
+        exchanges = await asyncio.gather(*(self.call(c, "filter", r) for c, r in zip(backends, requests)))
+        results = []
+        for config, request, exchange in zip(backends, requests, exchanges):
+            verdict = None
+            if exchange.status is not None:
+                verdict = semantics.judge_filter(
+                    config.name, config.node_cache_capable, args.node_names, exchange.status, exchange.body,
+                    config.url_prefix, verb=config.filter_verb,
+                )
+            results.append((config, verdict, exchange.error))
+            children.append(self.child(config, "filter", request, exchange))
+            self._learn_objects(args, config, verdict, exchange)
+        return semantics.parallel_filter(args.node_names, results)
+
+    @staticmethod
+    def _learn_objects(args: protocol.RawArgs, config, verdict, exchange) -> None:
+        """A full-mode backend may return Node objects not in the input; the scheduler keeps them."""
+        if args.items is None or config.node_cache_capable or verdict is None or verdict.outcome != "ok":
+            return
+        known = set(args.node_names)
+        if not any(n not in known for n in verdict.passed or ()):
+            return
+        try:
+            result = protocol.split_extender_args(exchange.body)  # a FilterResult also has Nodes
+        except protocol.ProtocolError:
+            return
+        for name, item in zip(result.node_names, result.items or ()):
+            if name not in known:
+                args.node_names.append(name)
+                args.items.append(item)
+                known.add(name)
+
+    async def prioritize(self, body: bytes) -> tuple[bytes, list[Trace]]:
+        args = protocol.split_extender_args(body)
+        self.remember_pod(args.pod)
+        feasible = args.node_names
+        backends = semantics.interested(self.configs, args.pod, "prioritize")
+        requests = [self.args_for(c, args, feasible, body) for c in backends]
+        exchanges = await asyncio.gather(*(self.call(c, "prioritize", r) for c, r in zip(backends, requests)))
+        results = []
+        for config, exchange in zip(backends, exchanges):
+            verdict = None
+            if exchange.status is not None:
+                verdict = semantics.judge_prioritize(
+                    config.name, config.weight, feasible, exchange.status, exchange.body, config.url_prefix,
+                    verb=config.prioritize_verb,
+                )
+            results.append((config, verdict))
+        totals = semantics.combine_prioritize(feasible, results)
+        children = [self.child(c, "prioritize", r, e) for c, r, e in zip(backends, requests, exchanges)]
+        return protocol.encode_host_priority_list(semantics.prioritize_answer(feasible, totals)), children
+
+    async def bind(self, body: bytes) -> tuple[bytes, list[Trace]]:
+        args = protocol.decode_binding_args(body)
+        with self._lock:
+            pod = self._pods.get(args.pod_uid)
+        binder = self._binder(pod)
+        children: list[Trace] = []
+        if binder is not None:
+            exchange = await self.call(binder, "bind", body)
+            children.append(self.child(binder, "bind", body, exchange))
+            verdict = None
+            if exchange.status is not None:
+                verdict = semantics.judge_bind(binder.name, exchange.status, exchange.body, binder.url_prefix, verb=binder.bind_verb)
+            what = semantics.bind_fallthrough(binder, verdict if verdict is not None else exchange.error)
+            if what == "bound":
+                return protocol.encode_binding_result(protocol.BindingResult("")), children
+            if what == "error":
+                text = semantics.reply_error_text(verdict, exchange.error)
+                return protocol.encode_binding_result(protocol.BindingResult(text)), children
+        # No interested binder, or an ignorable one failed: what the scheduler's DefaultBinder does.
+        try:
+            await asyncio.to_thread(kube.bind_pod, args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except kube.KubeError as exc:
+            return protocol.encode_binding_result(protocol.BindingResult(str(exc).replace("%", "%%"))), children
+        return protocol.encode_binding_result(protocol.BindingResult("")), children
+
+    def _binder(self, pod: dict | None) -> BackendConfig | None:
+        if pod is not None:
+            return semantics.choose_binder(self.configs, pod)
+        # Not seen in a filter or prioritize call: without the pod, interest cannot be checked;
+        # the configured binder is assumed interested (the scheduler calls bind only then).
+        binders = [c for c in semantics.scheduler_order(self.configs) if c.bind_verb]
+        return binders[0] if binders else None
+
+    async def preempt(self, body: bytes) -> tuple[bytes, list[Trace], bool]:
+        """(answer, children, ok): not ok means the preemption ends in error (answer non-200)."""
+        args = protocol.decode_preemption_args(body)
+        pods_by_uid: dict[str, dict] = {}
+        if args.node_to_meta_victims is not None:
+            start = {n: mv for n, mv in args.node_to_meta_victims.items() if mv is not None}
+        else:
+            start = {}
+            for node, victims in (args.node_to_victims or {}).items():
+                if victims is None:
+                    continue
+                uids = [protocol.pod_identity(p)[2] for p in victims.pods]
+                pods_by_uid.update(zip(uids, victims.pods))
+                start[node] = protocol.MetaVictims(uids, victims.num_pdb_violations)
+        chain = semantics.PreemptChain(start)
+        children: list[Trace] = []
+        for config in semantics.interested(self.configs, args.pod, "preempt"):
+            if chain.done:
+                break
+            request = self._preempt_args(config, args.pod, chain.remaining, pods_by_uid)
+            exchange = await self.call(config, "preempt", request)
+            verdict = chain.judge(config, exchange.status, exchange.body) if exchange.status is not None else None
+            chain.apply(config, verdict, exchange.error)
+            children.append(self.child(config, "preempt", request, exchange))
+        result = chain.result()
+        if result.error:
+            return f"extproxy: preempt: backend {result.error_backend}: {result.error}".encode(), children, False
+        return protocol.encode_preemption_result(protocol.PreemptionResult(dict(result.victims))), children, True
+
+    @staticmethod
+    def _preempt_args(config, pod: dict, victims: dict[str, protocol.MetaVictims], pods_by_uid: dict[str, dict]) -> bytes | str:
+        if config.node_cache_capable:
+            return protocol.encode_preemption_args(protocol.PreemptionArgs(pod, None, dict(victims)))
+        full: dict[str, protocol.Victims | None] = {}
+        for node, mv in victims.items():
+            missing = [uid for uid in mv.pods if uid not in pods_by_uid]
+            if missing:
+                return f"no full Pod for victim {missing[0]} (register the proxy with nodeCacheCapable: false)"
+            full[node] = protocol.Victims([pods_by_uid[uid] for uid in mv.pods], mv.num_pdb_violations)
+        return protocol.encode_preemption_args(protocol.PreemptionArgs(pod, full, None))
