@@ -10,6 +10,7 @@ PYTHON ?= python3
 $(VENV)/.installed: requirements.txt requirements-dev.txt package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm; }
 	npm ci --no-audit --no-fund --silent
 	touch $@
 

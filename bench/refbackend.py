@@ -8,8 +8,8 @@ POST <prefix>/prioritize  answers a HostPriorityList with integer scores 0..10.
 GET  <anything>           200 "ok" (readiness probe).
 
 Two servers implement the same handlers so that either can be measured:
-  --server uvicorn   uvicorn + uvloop + httptools with a bare ASGI app (the default: fastest here)
-  --server aiohttp   aiohttp.web on uvloop
+  --server aiohttp   aiohttp.web on uvloop (the default: fastest here, see bench/README.md)
+  --server uvicorn   uvicorn + uvloop + httptools with a bare ASGI app
 
 Run: python bench/refbackend.py --port 18080 [--server uvicorn|aiohttp]
 """
@@ -150,7 +150,7 @@ def run_aiohttp(port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--server", choices=("uvicorn", "aiohttp"), default="uvicorn")
+    parser.add_argument("--server", choices=("uvicorn", "aiohttp"), default="aiohttp")
     args = parser.parse_args()
     (run_uvicorn if args.server == "uvicorn" else run_aiohttp)(args.port)
 

@@ -7,6 +7,7 @@ EXTPROXY_REDIS_URL. Helpers fail loudly on a bad value instead of guessing.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -142,6 +143,8 @@ STATIC_URL = "/static/"
 STATIC_ROOT = DATA_DIR / "static"
 # Served by the app itself from the apps' static folders: no collectstatic step to forget.
 WHITENOISE_USE_FINDERS = True
+# Under ASGI, Django warns on every static file whitenoise streams (a sync iterator): known, harmless.
+warnings.filterwarnings("ignore", "StreamingHttpResponse must consume synchronous iterators")
 # The chart library, installed from the npm registry by `npm ci` (make setup); never vendored.
 STATICFILES_DIRS = [("uplot", BASE_DIR / "node_modules" / "uplot" / "dist")]
 WHITENOISE_AUTOREFRESH = DEBUG
