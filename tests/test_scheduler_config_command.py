@@ -199,6 +199,43 @@ def test_it_rejects_a_bad_port(scheduler_file, port):
         run("--port", port)
 
 
-def test_it_leaves_combined_to_a_later_change(scheduler_file):
-    with pytest.raises(CommandError, match="--combined: not implemented yet"):
+def test_it_refuses_a_combined_entry_that_would_lose_ignored_by_scheduler(scheduler_file):
+    # The second backend sees every pod, so one entry cannot carry the first one's
+    # ignoredByScheduler resource: the scheduler's fit filter would start checking it.
+    with pytest.raises(CommandError, match="--combined: cannot be represented.*ignoredByScheduler"):
         run("--combined")
+
+
+def test_it_refuses_an_ignorable_binder_beside_non_ignorable_backends(tmp_path, settings):
+    path = tmp_path / "x.yaml"
+    path.write_text(
+        "backends:\n- {name: a, urlPrefix: 'http://a:1/x', filterVerb: filter}\n"
+        "- {name: b, urlPrefix: 'http://b:1/x', bindVerb: bind, ignorable: true}\n"
+    )
+    settings.EXTPROXY_CONFIG = str(path)
+    with pytest.raises(CommandError, match="ignorable binder"):
+        run("--combined")
+
+
+def test_it_prints_one_combined_entry_derived_from_the_backends(tmp_path, settings, no_host_env):
+    path = tmp_path / "x.yaml"
+    path.write_text(
+        "backends:\n"
+        "- {name: gpu, urlPrefix: 'http://gpu:1/x', filterVerb: filter, prioritizeVerb: prio, weight: 5,"
+        " httpTimeout: 3s, nodeCacheCapable: true, managedResources: [{name: example.com/gpu, ignoredByScheduler: true}]}\n"
+        "- {name: fpga, urlPrefix: 'http://fpga:1/x', filterVerb: f, preemptVerb: p, bindVerb: b, httpTimeout: 2s,"
+        " ignorable: false, managedResources: [{name: example.com/fpga}]}\n"
+    )
+    settings.EXTPROXY_CONFIG = str(path)
+    out = run("--combined", "--host", "extproxy.svc", "--port", "9000")
+    (entry,) = yaml.safe_load(out)["extenders"]
+    assert entry["urlPrefix"] == "http://extproxy.svc:9000/extender"
+    assert (entry["filterVerb"], entry["prioritizeVerb"], entry["preemptVerb"], entry["bindVerb"]) == (
+        "filter", "prioritize", "preempt", "bind")
+    assert entry["weight"] == 1 and entry["nodeCacheCapable"] is False and entry["ignorable"] is False
+    assert entry["managedResources"] == [
+        {"name": "example.com/gpu", "ignoredByScheduler": True},
+        {"name": "example.com/fpga", "ignoredByScheduler": False},
+    ]
+    assert entry["httpTimeout"] == "6s"  # the 3s + 2s filter chain, plus a margin
+    assert "# backend gpu <- http://gpu:1/x" in out

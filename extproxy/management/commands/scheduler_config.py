@@ -7,6 +7,9 @@ The backend's own TLS settings are for the proxy's connection to the backend and
 `enableHTTPS`/`tlsConfig` describe the scheduler's connection to the proxy and appear only with
 `--scheme https`.
 
+With `--combined`: one entry for `/extender/<verb>` whose fields are derived from the backends by
+`semantics.combined_entry`, or a refusal with the reason when one entry cannot represent them.
+
 Reads the configuration through `extproxy.config.load_config`; prints, writes nothing.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from extproxy import semantics
 from extproxy.config import SUPPORTED_API_VERSIONS, BackendConfig, ConfigError, ProxyConfig, load_config
 
 
@@ -45,14 +49,11 @@ class Command(BaseCommand):
             config = load_config(getattr(settings, "EXTPROXY_CONFIG", ""))
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
-        if options["combined"]:
-            # ---- PLACEHOLDER: --combined (implemented by someone else) -------------------------
-            # Must derive one entry (managedResources, nodeCacheCapable, bindVerb, preemptVerb,
-            # ignorable, httpTimeout) from all backends, or refuse with the reason (DESIGN.md).
-            raise CommandError("--combined: not implemented yet")
-            # ---- END PLACEHOLDER ---------------------------------------------------------------
         base = proxy_base_url(options["scheme"], options["host"], options["port"])
         tls = tls_entry(options) if options["scheme"] == "https" else None
+        if options["combined"]:
+            self.stdout.write(render_combined(config, base, tls), ending="")
+            return
         self.stdout.write(render_per_backend(config, base, tls), ending="")
 
 
@@ -117,4 +118,22 @@ def render_per_backend(config: ProxyConfig, base: str, tls: dict[str, Any] | Non
         lines.append("# enableHTTPS without a CA: kube-scheduler will not verify the proxy's certificate")
     entries = [extender_entry(b, base, tls) for b in config.backends]
     body = yaml.safe_dump({"extenders": entries}, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return "\n".join(lines) + "\n" + body
+
+
+def render_combined(config: ProxyConfig, base: str, tls: dict[str, Any] | None) -> str:
+    """One entry for /extender/<verb>, derived so the scheduler's behaviour does not change."""
+    entry = semantics.combined_entry(
+        config.backends, url_prefix=base, parallel_filter=config.parallel_filter
+    )
+    if isinstance(entry, semantics.CombinedRefusal):
+        raise CommandError(f"--combined: cannot be represented by one entry: {entry.reason}")
+    if tls is not None:
+        entry.update(tls)
+    lines = [
+        f"# one combined extender entry for every backend of {config.source}:",
+        *(f"# backend {b.name} <- {b.url_prefix or 'policy ' + b.policy}" for b in semantics.scheduler_order(config.backends)),
+        *(f"# note: {note}" for note in semantics.combined_caveats(config.backends)),
+    ]
+    body = yaml.safe_dump({"extenders": [entry]}, sort_keys=False, default_flow_style=False, allow_unicode=True)
     return "\n".join(lines) + "\n" + body
