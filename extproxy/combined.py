@@ -28,7 +28,7 @@ from .config import BackendConfig
 from .recorder import Trace
 
 if TYPE_CHECKING:
-    from .engine import Answer, Engine
+    from .engine import Engine
 
 COMBINED = "combined"
 _POD_MEMORY = 10_000  # pods remembered from filter/prioritize for the bind's interest check

