@@ -54,6 +54,7 @@ CELLS = [
     ("full", 5000, 1, 16, 4),
     ("full", 5000, 8, 24, 3),
 ]
+SUSTAINED_CALLS = 6000  # the throughput target's own long run (names N=100 c=8)
 BACKENDS = {"names": "ref-names", "full": "ref-full"}
 
 
@@ -208,7 +209,9 @@ class Cell:
     direct: Side = field(default_factory=Side)
     proxy: Side = field(default_factory=Side)
     drain: float = 0.0  # time the recorder needed after the proxy batches
+    rounds: int = 0
     body_bytes: int = 0
+    sustained: tuple[int, float, float] | None = None  # (calls, answered in s, answered+recorded in s)
 
     @property
     def name(self) -> str:
@@ -344,6 +347,16 @@ class Bench:
             t0 = time.perf_counter()
             await self.drain()
             cell.drain += time.perf_counter() - t0
+            cell.rounds += 1
+
+    async def sustained(self, cell: Cell, body: bytes, calls: int) -> None:
+        """One long proxied run: how long until every call is answered, and until it is recorded."""
+        await self.drain()
+        t0 = time.perf_counter()
+        await self.batch("proxy", self.proxy_url(cell.mode), body, calls, cell.conc)
+        answered = time.perf_counter() - t0
+        await self.drain()
+        cell.sustained = (calls, answered, time.perf_counter() - t0)
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -360,7 +373,7 @@ def report(cells: list[Cell], recorded: int, proxied: int, dropped: float, rss: 
     print()
     head = (
         f"{'cell':18s} {'body':>8s} {'calls':>5s} | {'direct p50':>10s} {'p99':>8s} | {'proxy p50':>9s} {'p99':>8s} | "
-        f"{'ratio p50':>9s} {'p99':>6s} | {'thr direct':>10s} {'proxy':>7s} {'proxy+rec':>9s}"
+        f"{'ratio p50':>9s} {'p99':>6s} | {'thr direct':>10s} {'proxy':>7s} | {'rec lag':>7s}"
     )
     print(head)
     print("-" * len(head))
@@ -369,14 +382,14 @@ def report(cells: list[Cell], recorded: int, proxied: int, dropped: float, rss: 
         dp50, dp99, pp50, pp99 = pct(d.latencies, 0.5), pct(d.latencies, 0.99), pct(p.latencies, 0.5), pct(p.latencies, 0.99)
         td = d.calls / d.busy if d.busy else 0
         tp = p.calls / p.busy if p.busy else 0
-        tpr = p.calls / (p.busy + c.drain) if p.busy else 0
+        lag = c.drain / c.rounds if c.rounds else 0
         size = f"{c.body_bytes / 1e6:.2f}MB" if c.body_bytes >= 1e5 else f"{c.body_bytes / 1e3:.1f}kB"
         print(
             f"{c.name:18s} {size:>8s} {p.calls:5d} | {ms(dp50):>10s} {ms(dp99):>8s} | {ms(pp50):>9s} {ms(pp99):>8s} | "
-            f"{pp50 / dp50:8.2f}x {pp99 / dp99:5.2f}x | {td:10.0f} {tp:7.0f} {tpr:9.0f}"
+            f"{pp50 / dp50:8.2f}x {pp99 / dp99:5.2f}x | {td:10.0f} {tp:7.0f} | {lag:6.2f}s"
         )
     print()
-    print("proxy+rec = proxied calls / (proxy batch time + time the recorder needed afterwards to write them)")
+    print("rec lag = seconds from the end of a proxied batch until its last call was in the database (mean per batch)")
     print()
 
     def get(mode: str, n: int, conc: int) -> Cell:
@@ -393,12 +406,14 @@ def report(cells: list[Cell], recorded: int, proxied: int, dropped: float, rss: 
     print(f"  full  N=1000 c=1: p50 <= 1.15x direct: {r50:.2f}x  {'MET' if r50 <= 1.15 else 'MISSED'}")
     c = get("names", 100, 8)
     tp = c.proxy.calls / c.proxy.busy
-    tpr = c.proxy.calls / (c.proxy.busy + c.drain)
     every = recorded == proxied and dropped == 0
-    ok = tp >= 2000 and tpr >= 2000 and every
+    s_calls, s_answered, s_recorded = c.sustained
+    s_tp, s_tpr = s_calls / s_answered, s_calls / s_recorded
+    ok = tp >= 2000 and s_tpr >= 2000 and every
     print(
         f"  names N=100  c=8: >= 2000 calls/s through the proxy, every call recorded: "
-        f"{tp:.0f} calls/s answered, {tpr:.0f} calls/s answered and recorded, "
+        f"{tp:.0f} calls/s in the alternating batches; sustained run of {s_calls} calls: {s_tp:.0f} calls/s answered, "
+        f"{s_tpr:.0f} calls/s answered and recorded ({s_recorded - s_answered:.2f}s recorder tail); "
         f"{'all' if every else 'NOT all'} calls recorded  {'MET' if ok else 'MISSED'}"
     )
     print()
@@ -420,6 +435,8 @@ async def measure(bench: Bench, bodies: dict, started: float) -> list[Cell]:
             cell = Cell(mode, n, conc)
             t0 = time.monotonic()
             await bench.run_cell(cell, bodies[(mode, n)], calls, rounds)
+            if (mode, n, conc) == ("names", 100, 8):
+                await bench.sustained(cell, bodies[(mode, n)], max(500, int(SUSTAINED_CALLS * SCALE)))
             cells.append(cell)
             log(f"{cell.name}: {cell.proxy.calls} calls per side in {time.monotonic() - t0:.1f}s "
                 f"(recorder drain {cell.drain:.1f}s; {time.monotonic() - started:.0f}s so far)")

@@ -147,6 +147,8 @@ _engine_lock = threading.Lock()
 def get_engine() -> Engine:
     """The process's engine, built from EXTPROXY_CONFIG on first use."""
     global _engine
+    if _engine is not None:  # the hot path: no lock once built
+        return _engine
     with _engine_lock:
         if _engine is None:
             from django.conf import settings
