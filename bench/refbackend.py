@@ -16,7 +16,6 @@ Run: python bench/refbackend.py --port 18080 [--server uvicorn|aiohttp]
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 import msgspec
 

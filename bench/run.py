@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
 PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").exists() else sys.executable
 UVICORN = str(VENV_BIN / "uvicorn")
-FIXTURES = Path(os.environ.get("BENCH_FIXTURES", "/work/shared/fixtures"))
+FIXTURES = Path(os.environ.get("BENCH_FIXTURES", Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"))
 HOST = "127.0.0.1"
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 

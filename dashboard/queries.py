@@ -335,7 +335,7 @@ def pending_pods(scan: int = 20_000, limit: int = 200) -> list[dict]:
         latest.setdefault(pod, key)
         if latest[pod] == key:
             attempts[key].append(call)
-    pending = []
+    pending: list[dict] = []
     for (namespace, name), key in latest.items():
         calls = attempts[key]
         filters = latest_per_backend(calls, "filter")
@@ -345,7 +345,7 @@ def pending_pods(scan: int = 20_000, limit: int = 200) -> list[dict]:
         pending.append({"namespace": namespace, "name": name, "attempt": key, "calls": calls, "filters": filters})
         if len(pending) >= limit:
             break
-    for pod in pending:
-        pod["summary"] = reason_summary(with_bodies(pod.pop("filters")))
-        pod["last_seen"] = max(c.finished_at for c in pod["calls"])
+    for entry in pending:
+        entry["summary"] = reason_summary(with_bodies(entry.pop("filters")))
+        entry["last_seen"] = max(c.finished_at for c in entry["calls"])
     return pending

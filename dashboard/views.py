@@ -7,6 +7,7 @@ and page scripts set DOM text with textContent only. htmx requests for a page's 
 from __future__ import annotations
 
 from functools import wraps
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -74,7 +75,7 @@ def pod(request, namespace: str, name: str):
     namespace = "" if namespace == "-" else namespace  # "-" stands for a pod without namespace
     attempts = queries.pod_attempts(namespace, name)
     selected = next((a for a in attempts if a.key == request.GET.get("attempt")), attempts[0] if attempts else None)
-    context = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}
+    context: dict[str, Any] = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}
     if selected is not None:
         filters = queries.with_bodies(queries.latest_per_backend(selected.calls, "filter"))
         prioritizes = queries.with_bodies(queries.latest_per_backend(selected.calls, "prioritize"))

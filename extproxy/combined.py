@@ -29,6 +29,7 @@ from .recorder import Trace
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .nodecache import NodeCache
 
 COMBINED = "combined"
 _POD_MEMORY = 10_000  # pods remembered from filter/prioritize for the bind's interest check
@@ -41,14 +42,14 @@ class Combined:
         self.parallel_filter = engine.config.parallel_filter
         self._pods: OrderedDict[str, dict] = OrderedDict()
         self._lock = threading.Lock()
-        self._node_cache = None
+        self._node_cache: NodeCache | None = None
 
     # --- shared pieces --------------------------------------------------------------------
 
     def backend(self, config: BackendConfig) -> Backend:
         return self.engine.backends[config.name]
 
-    def node_cache(self):
+    def node_cache(self) -> NodeCache:
         if self._node_cache is None:
             from .nodecache import NodeCache
 

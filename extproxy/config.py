@@ -250,6 +250,7 @@ def parse_go_duration(text: str) -> float:
     total_ns = 0
     while rest:
         match = _DURATION_PART.match(rest)
+        assert match is not None  # every part of the pattern may be empty: it always matches
         whole, frac, unit = match.group(1), match.group(2), match.group(3)
         if not whole and not frac:
             raise ValueError(invalid)
@@ -494,7 +495,8 @@ class _Decoder:
         entries = self.sequence(data.get("backends"), "backends")
         if not entries:
             raise self.error("backends", "at least one backend is required")
-        backends, seen = [], {}
+        backends: list[BackendConfig] = []
+        seen: dict[str, str] = {}
         for i, entry in enumerate(entries):
             path = f"backends[{i}]"
             backend = self.own_backend(entry, path, policies)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -21,6 +22,9 @@ from .backends import Backend, Exchange, build_backend
 from .backends.base import now
 from .config import ProxyConfig, load_config
 from .recorder import Recorder, Trace
+
+if TYPE_CHECKING:
+    from .combined import Combined
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +61,7 @@ class Engine:
         else:
             policies = {name: parse_policy(name, data) for name, data in config.policies.items()}
         self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
-        self._combined = None
+        self._combined: Combined | None = None
 
     async def per_backend(self, backend: Backend, verb: str, verb_string: str, body: bytes) -> Answer:
         exchange = await backend.exchange(verb, verb_string, body)
@@ -126,7 +130,7 @@ class Engine:
             return msgspec.json.encode({"Error": text})
         return text.encode()
 
-    def _combined_runner(self):
+    def _combined_runner(self) -> Combined:
         if self._combined is None:
             from .combined import Combined
 

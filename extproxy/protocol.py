@@ -107,6 +107,13 @@ _any_decoder = msgspec.json.Decoder()
 _key_encoder = msgspec.json.Encoder()
 
 
+def _skip_ws(buf: memoryview, pos: int) -> int:
+    """Index of the first non-whitespace byte at or after ``pos``."""
+    m = _WS_RE.match(buf, pos)
+    assert m is not None  # [ \t\r\n]* always matches, possibly empty
+    return m.end()
+
+
 def _err_pos(exc: Exception) -> int | None:
     m = _POS_RE.search(str(exc))
     return int(m.group(1)) if m else None
@@ -116,7 +123,7 @@ def _first_value(body: _Buf) -> memoryview:
     """The first JSON value of ``body`` (surrounding whitespace removed), like json.Decoder."""
     view = memoryview(body).cast("B") if not isinstance(body, memoryview) else body
     n = len(view)
-    start = _WS_RE.match(view, 0).end() if n else 0  # type: ignore[arg-type]
+    start = _skip_ws(view, 0) if n else 0
     if start >= n:
         raise ProtocolError("EOF", "eof")
     end = n
@@ -187,21 +194,21 @@ def _value_end(buf: memoryview, pos: int) -> int:
 def _scan_pairs(buf: memoryview) -> list[tuple[str, memoryview]]:
     """All (key, raw value) pairs of a valid JSON object, in order, duplicates included."""
     pairs: list[tuple[str, memoryview]] = []
-    p = _WS_RE.match(buf, 0).end() + 1  # type: ignore[arg-type]  # past '{'
+    p = _skip_ws(buf, 0) + 1  # past '{'
     n = len(buf)
     while p < n:
-        p = _WS_RE.match(buf, p).end()  # type: ignore[arg-type]
+        p = _skip_ws(buf, p)
         if buf[p] == 0x7D:  # '}'
             break
         if buf[p] == 0x2C:  # ','
             p += 1
             continue
-        m = _STR_RE.match(buf, p)  # type: ignore[arg-type]
+        m = _STR_RE.match(buf, p)
         if m is None:  # pragma: no cover - validated input
             raise ProtocolError("invalid JSON object key", "syntax")
         key = _any_decoder.decode(buf[p : m.end()])
-        p = _WS_RE.match(buf, m.end()).end() + 1  # type: ignore[arg-type]  # past ':'
-        p = _WS_RE.match(buf, p).end()  # type: ignore[arg-type]
+        p = _skip_ws(buf, m.end()) + 1  # past ':'
+        p = _skip_ws(buf, p)
         q = _value_end(buf, p)
         pairs.append((key, _trim(buf[p:q])))
         p = q
@@ -487,12 +494,17 @@ def _top(body: _Buf, gotype: str, fields: _Fields) -> list[tuple[str, _Buf]]:
         if d is not None:
             pairs = _pairs(view, d)
             return [(n, v) for n, v in ((fields.match(k), v) for k, v in pairs) if n is not None]
-    pairs = _struct_pairs(_first_value(body), gotype, fields)
-    return pairs or []
+    struct_pairs = _struct_pairs(_first_value(body), gotype, fields)
+    return struct_pairs or []
 
 
-def _node_list(raw: _Buf, where: str) -> tuple[list[dict] | None, dict | None]:
-    """*v1.NodeList -> (items, metadata); (None, None) for null."""
+def _node_list(raw: _Buf, where: str, names_only: bool = False) -> tuple[list[dict] | None, dict | None]:
+    """*v1.NodeList -> (items, metadata); (None, None) for null.
+
+    names_only: each item becomes {"metadata": {"name": ...}}, decoded by msgspec without
+    building the rest of the Node (the recorder only needs names; a 1000-node reply would
+    otherwise cost most of the recorder's time). An item that is not an object still fails.
+    """
     k = _jkind(raw)
     if k == "null":
         return None, None
@@ -501,7 +513,10 @@ def _node_list(raw: _Buf, where: str) -> tuple[list[dict] | None, dict | None]:
     items: list[dict] | None = None
     meta: dict | None = None
     for name, val in _struct_pairs(raw, "v1.NodeList", _F_NODELIST) or []:
-        if name == "items":
+        if name == "items" and names_only:
+            got = _typed(_names_only_items, val, "NodeList.items")
+            items = None if got is None else [_name_stub(n) for n in got]
+        elif name == "items":
             lst = _object_list(val, "NodeList.items", "v1.Node")
             items = None if lst is None else [n if n is not None else {} for n in lst]
         else:
@@ -526,8 +541,11 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     return ExtenderArgs(pod=pod or {}, nodes=nodes, node_names=names, nodes_metadata=meta)
 
 
-def decode_filter_result(body: bytes) -> FilterResult:
-    """Decode an ExtenderFilterResult body (filter response)."""
+def decode_filter_result(body: bytes, names_only: bool = False) -> FilterResult:
+    """Decode an ExtenderFilterResult body (filter response).
+
+    names_only: returned Node objects are reduced to their names (see _node_list).
+    """
     nodes: list[dict] | None = None
     meta: dict | None = None
     names: list[str] | None = None
@@ -536,7 +554,7 @@ def decode_filter_result(body: bytes) -> FilterResult:
     error = ""
     for name, val in _top(body, "v1.ExtenderFilterResult", _F_FILTER):
         if name == "Nodes":
-            nodes, meta = _node_list(val, "ExtenderFilterResult.Nodes")
+            nodes, meta = _node_list(val, "ExtenderFilterResult.Nodes", names_only)
         elif name == "NodeNames":
             names = _string_list(val, "ExtenderFilterResult.NodeNames")
         elif name == "FailedNodes":
@@ -581,8 +599,8 @@ def decode_host_priority_list(body: bytes) -> list[HostPriority]:
     except msgspec.DecodeError:
         pass
     out: list[HostPriority] = []
-    for item in _raw_list_decoder.decode(raw):
-        item = _trim(item)
+    for raw_item in _raw_list_decoder.decode(raw):
+        item = _trim(raw_item)
         ik = _jkind(item)
         if ik == "null":
             out.append(HostPriority("", 0))
@@ -728,6 +746,12 @@ class _ObjList(msgspec.Struct):
 
 
 _pod_decoder = msgspec.json.Decoder(_Obj | None)
+_names_only_items = msgspec.json.Decoder(list[_Obj | None] | None)
+
+
+def _name_stub(obj: "_Obj | None") -> dict:
+    name = obj.metadata.name if obj is not None and obj.metadata is not None else None
+    return {"metadata": {"name": name}} if name is not None else {}
 _nodelist_decoder = msgspec.json.Decoder(_ObjList | None)
 _names_decoder = msgspec.json.Decoder(list[str | None] | None)
 

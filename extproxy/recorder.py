@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -73,7 +75,8 @@ _COMPACT_MARK = b"C"  # JSON object with Node items replaced by {"$node": sha256
 
 
 def compress(data: bytes) -> bytes:
-    return zlib.compress(data, 3)
+    # Level 1: most of the ratio on repetitive JSON at a fraction of the CPU of higher levels.
+    return zlib.compress(data, 1)
 
 
 def decompress(data: bytes) -> bytes:
@@ -204,6 +207,9 @@ class AttemptTracker:
 
     def __init__(self, max_pods: int = 50_000, window: float = 60.0) -> None:
         self._pods: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        # Ids unique across processes and restarts: a random prefix per tracker, then a counter.
+        self._prefix = uuid.uuid4().hex[:12]
+        self._count = 0
         self._max_pods = max_pods
         self._window = window
 
@@ -212,7 +218,8 @@ class AttemptTracker:
             return ""
         state = self._pods.get(pod_uid)
         if state is None or self._starts_new(state, verb, backend, at):
-            state = {"id": uuid.uuid4().hex[:20], "filters": {}, "bound": False}
+            self._count += 1
+            state = {"id": f"{self._prefix}-{self._count:x}", "filters": {}, "bound": False}
         state["last"] = at
         if verb == "filter":
             state["filters"][backend] = node_count
@@ -439,6 +446,11 @@ class Recorder:
         with self._lock:
             if self._thread is not None:
                 return
+            # The writer shares the GIL with the event loop. CPython lets a thread that wants
+            # the GIL wait a whole switch interval (5 ms) before the holder must drop it, which
+            # lands on the scheduler's latency; a shorter interval hands it back sooner.
+            interval = float(os.environ.get("EXTPROXY_SWITCH_INTERVAL", "0.0005"))
+            sys.setswitchinterval(interval)
             self._thread = threading.Thread(target=self._run, name="extproxy-recorder", daemon=True)
             self._thread.start()
 
@@ -496,23 +508,23 @@ class Recorder:
             log.exception("recorder: retention pass failed")
 
     def _take_batch(self) -> list[Trace]:
+        """Wait for one trace, let a batch gather for flush_interval, then drain without waiting.
+
+        Waiting once per batch instead of once per item matters: a writer blocked in get() is
+        woken (and takes the GIL from the event loop) by every single submit.
+        """
         try:
             first = self._queue.get(timeout=0.5)
         except queue.Empty:
             return []
         batch = [first]
-        deadline = time.monotonic() + self.recording.flush_interval
+        if self._queue.qsize() < self.recording.batch_size - 1:
+            self._stop.wait(self.recording.flush_interval)
         while len(batch) < self.recording.batch_size:
             try:
                 batch.append(self._queue.get_nowait())
             except queue.Empty:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    batch.append(self._queue.get(timeout=left))
-                except queue.Empty:
-                    break
+                break
         return batch
 
     def _finish(self, batch: list[Trace]) -> None:
@@ -591,6 +603,11 @@ class Recorder:
             log.exception("recorder: publishing %d live events failed", len(summaries))
 
 
+def _log_failure(future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("recorder: live event not published: %s", future.exception())
+
+
 def channel_layer_publisher(loop: asyncio.AbstractEventLoop | None) -> Publisher:
     """Publish summaries to the live group; with the in-memory layer, on the server's loop."""
     from channels.layers import get_channel_layer
@@ -603,7 +620,9 @@ def channel_layer_publisher(loop: asyncio.AbstractEventLoop | None) -> Publisher
         message = {"type": "calls.batch", "calls": summaries}
         coro = layer.group_send(LIVE_GROUP, message)
         if loop is not None and loop.is_running():
-            asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=5)
+            # Not waited for: the writer must not stall on the live stream.
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+            future.add_done_callback(_log_failure)
         else:
             asyncio.run(coro)
 

@@ -126,7 +126,7 @@ def judge_filter(
     if pre is not None:
         return pre
     try:
-        r = decode_filter_result(body)
+        r = decode_filter_result(body, names_only=True)  # only the names of returned Nodes matter
     except ProtocolError as exc:
         return _decode_failure(exc, body)
     findings: list[dict] = []
@@ -151,8 +151,8 @@ def judge_filter(
         passed = []
         for node in r.nodes:
             md = node.get("metadata") if isinstance(node, dict) else None
-            name = md.get("name") if isinstance(md, dict) else None
-            name = name if isinstance(name, str) else ""
+            raw_name = md.get("name") if isinstance(md, dict) else None
+            name = raw_name if isinstance(raw_name, str) else ""
             passed.append(name)
             if name not in input_set:
                 findings.append(

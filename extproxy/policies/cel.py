@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import celpy
 from celpy import celtypes
@@ -110,7 +110,8 @@ class CelProgram:
 
     def convert(self, obj: Mapping[str, Any]) -> Any:
         """Convert a pod or node dict for this program (pruned, see module doc)."""
-        return json_to_cel(_prune(obj, self.prune_fields))
+        # callers pass decoded JSON (plain dicts); json_to_cel wants dict, not any Mapping
+        return json_to_cel(cast("dict[str, Any]", _prune(obj, self.prune_fields)))
 
     def evaluate(self, pod_cel: Any, node_cel: Any) -> Any:
         """Evaluate with already converted values; raise CelRuntimeError on failure."""

@@ -29,7 +29,7 @@ from .rules import (
     ScoreRule,
     Spread,
 )
-from .selector import parse_selector, valid_label_key, valid_label_value
+from .selector import Requirement, parse_selector, valid_label_key, valid_label_value
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -98,7 +98,7 @@ def _required_labels(rule: Mapping[str, Any], path: str) -> RequiredLabels:
     labels = _label_map(rule, "labels", path)
     from_pod = _label_map(rule, "fromPodLabel", path, values_are_keys=True)
     selector_text = rule.get("selector")
-    selector = ()
+    selector: tuple[Requirement, ...] = ()
     if selector_text is not None:
         try:
             selector = parse_selector(selector_text)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .resources import Ledger
-from .rules import EvalContext, Failure, FilterRule, ScoreRule, node_labels, node_name
+from .rules import EvalContext, Failure, FilterRule, NodeCheck, ScoreRule, node_labels, node_name
 
 _VERDICT_CACHE_PODS = 10_000
 _NODE_LABEL_CACHE = 100_000
@@ -42,6 +42,11 @@ class FilterOutcome:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+def _constant(failure: Failure) -> NodeCheck:
+    """A node check that fails every node with ``failure``."""
+    return lambda node: failure
 
 
 def _pod_uid(pod: Mapping[str, Any]) -> str:
@@ -71,7 +76,7 @@ class Policy:
         self._node_labels: OrderedDict[str, dict[str, str]] = OrderedDict()
 
     def __repr__(self) -> str:
-        kinds = [r.kind for r in self.filter_rules + self.score_rules]  # type: ignore[operator]
+        kinds = [r.kind for r in self.filter_rules + self.score_rules]
         return f"Policy({self.name!r}, rules={kinds}, binds={self.binds})"
 
     # ------------------------------------------------------------------ helpers
@@ -98,13 +103,13 @@ class Policy:
         self, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]
     ) -> dict[str, Failure]:
         ctx = self._context()
-        checks = []
+        checks: list[NodeCheck] = []
         for rule in self.filter_rules:
             try:
                 checks.append(rule.prepare(pod, ctx))
             except Exception as exc:  # odd pod data
                 broken = Failure(f"policy evaluation error: {rule.kind}: {type(exc).__name__}", True)
-                checks.append(lambda node, _f=broken: _f)
+                checks.append(_constant(broken))
         failures: dict[str, Failure] = {}
         for node in nodes:
             try:
