@@ -37,6 +37,8 @@ FIXTURES = Path(os.environ.get("BENCH_FIXTURES", Path(__file__).resolve().parent
 HOST = "127.0.0.1"
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 
+from combined_bench import measure_combined, report_combined, start_proxy_factory
+
 warnings.filterwarnings("ignore", "Sending a large body directly", ResourceWarning)
 
 # (mode, N, concurrency, calls per target, alternating rounds)
@@ -426,7 +428,7 @@ def report(cells: list[Cell], recorded: int, proxied: int, dropped: float, rss: 
 # --- main -------------------------------------------------------------------------------------
 
 
-async def measure(bench: Bench, bodies: dict, started: float) -> list[Cell]:
+async def measure(bench: Bench, bodies: dict, started: float, combined_start=None, ref_port: int = 0) -> list[Cell]:
     await bench.open()
     cells = []
     try:
@@ -444,6 +446,10 @@ async def measure(bench: Bench, bodies: dict, started: float) -> list[Cell]:
         m = await bench.metrics()
         dropped = m.get("extproxy_recorder_dropped_total", dropped)
         bench.final = (recorded, dropped)
+        bench.combined = []
+        if combined_start is not None:
+            log("combined form: one extproxy process per (mode, K)")
+            bench.combined = await measure_combined(bench, bodies, ref_port, combined_start, HOST, SCALE)
     finally:
         await bench.close()
     return cells
@@ -479,10 +485,12 @@ def main() -> int:
         import uvloop
 
         bench = Bench(ref_port, proxy_port, tmp / "extproxy.sqlite3")
-        cells = uvloop.run(measure(bench, bodies, started))
+        combined_start = start_proxy_factory(tmp, PYTHON, UVICORN, ROOT, HOST, free_port, proxy_env, wait_http, stop)
+        cells = uvloop.run(measure(bench, bodies, started, combined_start, ref_port))
         recorded, dropped = bench.final
         rss, ref_rss = peak_rss_kib(proxy.pid), peak_rss_kib(ref.pid)
         report(cells, recorded, bench.proxied, dropped, rss, ref_rss, time.monotonic() - started)
+        report_combined(bench.combined, pct, ms)
         if bench.failures:
             print("\nFAILED CALLS:", *bench.failures, sep="\n  ")
             code = 1

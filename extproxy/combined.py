@@ -89,7 +89,7 @@ class Combined:
         return await self.backend(config).exchange(verb, config.verb_string(verb), request)
 
     @staticmethod
-    def child(config: BackendConfig, verb: str, request: bytes | str, exchange: Exchange) -> Trace:
+    def child(config: BackendConfig, verb: str, request: bytes | str, exchange: Exchange, verdict=None) -> Trace:
         return Trace(
             verb=verb,
             backend=config.name,
@@ -105,6 +105,7 @@ class Combined:
             timed_out=exchange.timed_out,
             node_cache_capable=config.node_cache_capable,
             weight=config.weight,
+            verdict=verdict,  # judged already: the recorder need not read the reply again
         )
 
     # --- verbs ----------------------------------------------------------------------------
@@ -125,7 +126,7 @@ class Combined:
                 exchange = await self.call(config, "filter", request)
                 verdict = chain.judge(config, exchange.status, exchange.body) if exchange.status is not None else None
                 chain.apply(config, verdict, exchange.error)
-                children.append(self.child(config, "filter", request, exchange))
+                children.append(self.child(config, "filter", request, exchange, verdict))
                 self._learn_objects(args, config, verdict, exchange)
             result = chain.result()
         if result.error:
@@ -148,7 +149,7 @@ class Combined:
                     config.url_prefix, verb=config.filter_verb,
                 )
             results.append((config, verdict, exchange.error))
-            children.append(self.child(config, "filter", request, exchange))
+            children.append(self.child(config, "filter", request, exchange, verdict))
             self._learn_objects(args, config, verdict, exchange)
         return semantics.parallel_filter(args.node_names, results)
 
@@ -187,7 +188,9 @@ class Combined:
                 )
             results.append((config, verdict))
         totals = semantics.combine_prioritize(feasible, results)
-        children = [self.child(c, "prioritize", r, e) for c, r, e in zip(backends, requests, exchanges)]
+        children = [
+            self.child(c, "prioritize", r, e, v) for (c, v), r, e in zip(results, requests, exchanges)
+        ]
         return protocol.encode_host_priority_list(semantics.prioritize_answer(feasible, totals)), children
 
     async def bind(self, body: bytes) -> tuple[bytes, list[Trace]]:
@@ -246,7 +249,7 @@ class Combined:
             exchange = await self.call(config, "preempt", request)
             verdict = chain.judge(config, exchange.status, exchange.body) if exchange.status is not None else None
             chain.apply(config, verdict, exchange.error)
-            children.append(self.child(config, "preempt", request, exchange))
+            children.append(self.child(config, "preempt", request, exchange, verdict))
         result = chain.result()
         if result.error:
             return f"extproxy: preempt: backend {result.error_backend}: {result.error}".encode(), children, False

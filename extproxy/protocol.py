@@ -314,12 +314,19 @@ def _int64(raw: _Buf, where: str, current: int = 0, score: bool = False) -> int:
     raise err
 
 
+_strings_decoder = msgspec.json.Decoder(list[str])
+
+
 def _string_list(raw: _Buf, where: str) -> list[str] | None:
     k = _jkind(raw)
     if k == "null":
         return None
     if k != "array":
         raise _type_error(k, where, "[]string")
+    try:
+        return _strings_decoder.decode(raw)  # the common case, checked in C
+    except msgspec.ValidationError:
+        pass  # nulls (Go: "") or a wrong element type: the exact walk below
     items = _any_decoder.decode(raw)
     out: list[str] = []
     for it in items:

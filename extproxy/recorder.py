@@ -62,6 +62,7 @@ class Trace:
     weight: int = 0
     form: str = "per-backend"
     verb_string: str = ""  # the verb as configured (may differ from `verb`, e.g. predicates/gpu)
+    verdict: Any = None  # semantics.Verdict when the hot path already judged the reply (combined)
     backend_calls: list["Trace"] = field(default_factory=list)
 
     def size(self) -> int:
@@ -269,6 +270,8 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
         ident["request_error"] = str(exc)
     if trace.status is None:
         return ident, None
+    if trace.verdict is not None:
+        return ident, trace.verdict
     how = {"verb": trace.verb_string or trace.verb}
     if trace.verb == "filter":
         # The combined entry's mode is whichever the scheduler used for this request.

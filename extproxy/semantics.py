@@ -136,8 +136,9 @@ def judge_filter(
     input_set = set(input_names)
     passed: list[str]
     if node_cache_capable and r.node_names is not None:
-        for name in r.node_names:
-            if name not in input_set:
+        outside = set(r.node_names) - input_set
+        for name in r.node_names if outside else ():  # the first one outside, in reply order
+            if name in outside:
                 findings.append(
                     _finding("name-not-in-input", f"NodeNames lists {name!r}, not in the input")
                 )
