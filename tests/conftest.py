@@ -204,6 +204,8 @@ def proxy(transactional_db):
     servers: list[ProxyServer] = []
 
     def start(config_path: str | None = None) -> ProxyServer:
+        # The engine is process-wide (get_engine): one proxy configuration per test.
+        assert not servers, "one proxy per test: a second one would replace the first one's engine"
         server = ProxyServer(config_path)
         servers.append(server)
         return server
