@@ -126,7 +126,7 @@ class Combined:
                 exchange = await self.call(config, "filter", request)
                 verdict = chain.judge(config, exchange.status, exchange.body) if exchange.status is not None else None
                 chain.apply(config, verdict, exchange.error)
-                children.append(self.child(config, "filter", request, exchange, verdict))
+                children.append(self.child(config, "filter", request, exchange))
                 self._learn_objects(args, config, verdict, exchange)
             result = chain.result()
         if result.error:

@@ -104,6 +104,10 @@ class Engine:
         except protocol.ProtocolError as exc:
             data, children = self._bad_request(verb, str(exc)), []
             ok = verb in ("filter", "bind")
+        except Exception as exc:  # a bug must cost one call, never the process or its record
+            log.exception("combined %s failed", verb)
+            data, children = self._failure(verb, f"internal error: {type(exc).__name__}: {exc}"), []
+            ok = verb in ("filter", "bind")
         answer = Answer(200, data) if ok else Answer(502, data, "text/plain; charset=utf-8")
         self.recorder.submit(
             Trace(
@@ -123,9 +127,13 @@ class Engine:
         )
         return answer
 
+    @classmethod
+    def _bad_request(cls, verb: str, reason: str) -> bytes:
+        return cls._failure(verb, f"bad request: {reason}")
+
     @staticmethod
-    def _bad_request(verb: str, reason: str) -> bytes:
-        text = f"extproxy: bad request: {reason}".replace("%", " percent")
+    def _failure(verb: str, reason: str) -> bytes:
+        text = f"extproxy: {reason}".replace("%", " percent")
         if verb in ("filter", "bind"):
             return msgspec.json.encode({"Error": text})
         return text.encode()

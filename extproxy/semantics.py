@@ -116,8 +116,12 @@ def judge_filter(
     url: str = "",
     *,
     verb: str = "filter",
+    with_decisions: bool = True,
 ) -> Verdict:
     """Read a filter reply as kube-scheduler does (§4.3, §5 items 3-5, 7, 9).
+
+    ``with_decisions=False`` skips the per-node decisions (and the dropped-without-reason
+    finding that comes from them): the combined form's hot path needs only the lists and maps.
 
     ``url`` is the backend's urlPrefix (the extender's name in scheduler messages); the non-200
     message uses ``<url>/<verb>`` like the scheduler does.
@@ -177,14 +181,14 @@ def judge_filter(
                 _finding("no-list", "reply has neither NodeNames nor Nodes: no node passes")
             )
 
-    seen: set[str] = set()
-    dups = [n for n in passed if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
-    if dups:
+    passed_set = set(passed)
+    if len(passed_set) != len(passed):
+        seen: set[str] = set()
+        dups = [n for n in passed if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
         findings.append(_finding("duplicate-name", f"listed more than once: {', '.join(dups)}"))
 
     unresolvable = dict(r.failed_and_unresolvable)
     failed = {k: v for k, v in r.failed_nodes.items() if k not in unresolvable}
-    passed_set = set(passed)
 
     for name in sorted(set(unresolvable) | set(r.failed_nodes)):
         if name not in input_set:
@@ -198,7 +202,7 @@ def judge_filter(
 
     decisions: list[dict] = []
     dropped: list[str] = []
-    for name in input_names:
+    for name in input_names if with_decisions else ():
         if name in passed_set:
             decisions.append(_decision(name, backend, "passed"))
         elif name in unresolvable:
@@ -572,9 +576,10 @@ class FilterChain:
         return self._queue[0]
 
     def judge(self, backend: BackendConfig, status: int, body: bytes) -> Verdict:
+        """The chain's reading of a reply (no per-node decisions: the recorder makes those)."""
         return judge_filter(
             backend.name, backend.node_cache_capable, self._remaining, status, body,
-            backend.url_prefix, verb=backend.filter_verb or "filter",
+            backend.url_prefix, verb=backend.filter_verb or "filter", with_decisions=False,
         )
 
     def apply(

@@ -299,3 +299,22 @@ def test_it_answers_a_bad_combined_request_in_the_error_field(backend_server, pr
     response = post(server, "filter", b'{"Pod": 1}')
 
     assert response.status_code == 200 and "bad request" in response.json()["Error"] and a.received == []
+
+
+def test_it_answers_and_records_even_when_the_combined_form_breaks(
+    backend_server, proxy, write_config, admin_client, monkeypatch
+):
+    from extproxy.combined import Combined
+
+    async def broken(self, body):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(Combined, "filter", broken)
+    a = backend_server({"filter": pass_all})
+    server = proxy(write_config({"backends": [backend("a", a, filterVerb="filter")]}))
+
+    response = post(server, "filter", fixture_bytes(NAMES))
+
+    assert response.status_code == 200 and "internal error: KeyError" in response.json()["Error"]
+    call = combined_call(admin_client, server)
+    assert call["outcome"] == "error" and "internal error" in call["error"]

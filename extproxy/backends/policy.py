@@ -9,6 +9,7 @@ ledger. The policy's own errors never escape: a bad request is the protocol's er
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import OrderedDict
 
@@ -16,6 +17,8 @@ from .. import kube, protocol
 from ..config import BackendConfig
 from ..policies import Policy
 from .base import Backend, Exchange, now
+
+log = logging.getLogger(__name__)
 
 _POD_MEMORY = 10_000  # pods remembered between filter and bind, for the ledger
 
@@ -40,6 +43,9 @@ class PolicyBackend(Backend):
                 data = await self._bind(body)
         except protocol.ProtocolError as exc:
             return self._refuse(verb, started, f"bad request: {exc}")
+        except Exception as exc:  # the contract: a backend call never raises
+            log.exception("policy backend %s: %s failed", self.name, verb)
+            return self._refuse(verb, started, f"policy error: {type(exc).__name__}: {exc}")
         return Exchange(started, now(), 200, data)
 
     def _refuse(self, verb: str, started: float, reason: str) -> Exchange:
