@@ -272,21 +272,21 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
         return ident, None
     if trace.verdict is not None:
         return ident, trace.verdict
-    how = {"verb": trace.verb_string or trace.verb}
+    verb = trace.verb_string or trace.verb
     if trace.verb == "filter":
         # The combined entry's mode is whichever the scheduler used for this request.
         cache_capable = ident.get("names_mode", False) if trace.form == "combined" else trace.node_cache_capable
         verdict = semantics.judge_filter(
-            trace.backend, cache_capable, ident["nodes"], trace.status, trace.response_body, trace.url, **how
+            trace.backend, cache_capable, ident["nodes"], trace.status, trace.response_body, trace.url, verb=verb
         )
     elif trace.verb == "prioritize":
         verdict = semantics.judge_prioritize(
-            trace.backend, trace.weight, ident["nodes"], trace.status, trace.response_body, trace.url, **how
+            trace.backend, trace.weight, ident["nodes"], trace.status, trace.response_body, trace.url, verb=verb
         )
     elif trace.verb == "bind":
-        verdict = semantics.judge_bind(trace.backend, trace.status, trace.response_body, trace.url, **how)
+        verdict = semantics.judge_bind(trace.backend, trace.status, trace.response_body, trace.url, verb=verb)
     else:
-        verdict = semantics.judge_preempt(trace.backend, victims, trace.status, trace.response_body, trace.url, **how)
+        verdict = semantics.judge_preempt(trace.backend, victims, trace.status, trace.response_body, trace.url, verb=verb)
     return ident, verdict
 
 
