@@ -857,21 +857,40 @@ _one_obj_decoder = msgspec.json.Decoder(_Obj | None)
 
 
 def split_extender_args(body: bytes) -> RawArgs:
-    """Decode the Pod and the node names; keep Node items as raw bytes (see RawArgs)."""
-    summary = summarize_extender_args(body)
-    pod_raw = b"null"
+    """Decode the Pod and the node names; keep Node items as raw bytes (see RawArgs).
+
+    One scan of the envelope, then the NodeList once as raw items and each item's name:
+    a full-mode body is walked about twice, not once per question asked of it.
+    """
+    pod_raw: _Buf | None = None
     nodes_raw: _Buf | None = None
+    names_raw: _Buf | None = None
     for name, val in _top(body, "v1.ExtenderArgs", _F_ARGS):
         if name == "Pod":
-            pod_raw = bytes(_trim(val))
+            pod_raw = val
         elif name == "Nodes":
             nodes_raw = val
-    pod = msgspec.json.decode(pod_raw) or {}
-    if summary.mode != "objects" or nodes_raw is None:
-        return RawArgs(pod, pod_raw, summary.node_names, None)
+        else:
+            names_raw = val
+    pod_bytes = bytes(_trim(pod_raw)) if pod_raw is not None else b"null"
+    if pod_raw is not None and _jkind(pod_raw) not in ("object", "null"):
+        raise _type_error(_jkind(pod_raw), "ExtenderArgs.Pod", "v1.Pod")
+    pod = msgspec.json.decode(pod_bytes) or {}
+    if names_raw is not None:
+        names = _string_list(names_raw, "ExtenderArgs.NodeNames")
+        if names is not None:
+            return RawArgs(pod, pod_bytes, names, None)
+    if nodes_raw is None or _jkind(nodes_raw) == "null":
+        return RawArgs(pod, pod_bytes, [], None)
+    if _jkind(nodes_raw) != "object":
+        raise _type_error(_jkind(nodes_raw), "ExtenderArgs.Nodes", "v1.NodeList")
     lst = _typed(_raw_nodelist_decoder, nodes_raw, "ExtenderArgs.Nodes")
     items = [bytes(i) for i in (lst.items or ())] if lst is not None else []
-    return RawArgs(pod, pod_raw, summary.node_names, items)
+    try:
+        node_names = [node_name_of(i) for i in items]
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"json: cannot unmarshal ExtenderArgs.Nodes.items: {exc}") from None
+    return RawArgs(pod, pod_bytes, node_names, items)
 
 
 def node_name_of(item: bytes) -> str:
@@ -891,12 +910,19 @@ def join_filter_result(
     names: list[str] | None, items: list[bytes] | None, failed: dict[str, str], unresolvable: dict[str, str], error: str = ""
 ) -> bytes:
     """ExtenderFilterResult bytes; Node items joined as given."""
-    nodes = b'{"metadata":{},"items":[' + b",".join(items) + b"]}" if items is not None else b"null"
-    return (
-        b'{"Nodes":' + nodes + b',"NodeNames":' + (_enc(names) if names is not None else b"null")
-        + b',"FailedNodes":' + _enc(_sorted_map(failed) or {}) + b',"FailedAndUnresolvableNodes":'
-        + _enc(_sorted_map(unresolvable) or {}) + b',"Error":' + _enc(error) + b"}"
-    )
+    # One join: a full-mode answer is megabytes, and each `+` would copy all of it again.
+    parts = [b'{"Nodes":']
+    if items is not None:
+        parts += [b'{"metadata":{},"items":[', b",".join(items), b"]}"]
+    else:
+        parts.append(b"null")
+    parts += [
+        b',"NodeNames":', _enc(names) if names is not None else b"null",
+        b',"FailedNodes":', _enc(_sorted_map(failed) or {}),
+        b',"FailedAndUnresolvableNodes":', _enc(_sorted_map(unresolvable) or {}),
+        b',"Error":', _enc(error), b"}",
+    ]
+    return b"".join(parts)
 
 
 def pod_identity(pod: dict) -> tuple[str, str, str]:
