@@ -15,8 +15,6 @@ full Pods, which the proxy has only when registered with full objects.
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -25,6 +23,7 @@ from . import kube, protocol, semantics
 from .backends import Backend, Exchange
 from .backends.base import now
 from .config import BackendConfig
+from .podmemory import PodMemory
 from .recorder import Trace
 
 if TYPE_CHECKING:
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from .nodecache import NodeCache
 
 COMBINED = "combined"
-_POD_MEMORY = 10_000  # pods remembered from filter/prioritize for the bind's interest check
 
 
 class Combined:
@@ -40,8 +38,7 @@ class Combined:
         self.engine = engine
         self.configs = [b.config for b in engine.backends.values()]
         self.parallel_filter = engine.config.parallel_filter
-        self._pods: OrderedDict[str, dict] = OrderedDict()
-        self._lock = threading.Lock()
+        self.pods = PodMemory()  # from filter/prioritize, for the bind's interest check
         self._node_cache: NodeCache | None = None
 
     # --- shared pieces --------------------------------------------------------------------
@@ -55,15 +52,6 @@ class Combined:
 
             self._node_cache = NodeCache().start()
         return self._node_cache
-
-    def remember_pod(self, pod: dict) -> None:
-        uid = protocol.pod_identity(pod)[2]
-        if uid:
-            with self._lock:
-                self._pods[uid] = pod
-                self._pods.move_to_end(uid)
-                while len(self._pods) > _POD_MEMORY:
-                    self._pods.popitem(last=False)
 
     def args_for(self, config: BackendConfig, args: protocol.RawArgs, names: list[str], body: bytes) -> bytes | str:
         """The request for one backend in its own mode, or the reason it cannot be built."""
@@ -112,7 +100,7 @@ class Combined:
 
     async def filter(self, body: bytes) -> tuple[bytes, list[Trace]]:
         args = protocol.split_extender_args(body)
-        self.remember_pod(args.pod)
+        self.pods.remember(args.pod)
         backends = semantics.interested(self.configs, args.pod, "filter")
         children: list[Trace] = []
         if self.parallel_filter:
@@ -173,7 +161,7 @@ class Combined:
 
     async def prioritize(self, body: bytes) -> tuple[bytes, list[Trace]]:
         args = protocol.split_extender_args(body)
-        self.remember_pod(args.pod)
+        self.pods.remember(args.pod)
         feasible = args.node_names
         backends = semantics.interested(self.configs, args.pod, "prioritize")
         requests = [self.args_for(c, args, feasible, body) for c in backends]
@@ -195,8 +183,7 @@ class Combined:
 
     async def bind(self, body: bytes) -> tuple[bytes, list[Trace]]:
         args = protocol.decode_binding_args(body)
-        with self._lock:
-            pod = self._pods.get(args.pod_uid)
+        pod = self.pods.get(args.pod_uid)
         binder = self._binder(pod)
         children: list[Trace] = []
         if binder is not None:

@@ -10,25 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections import OrderedDict
 
 from .. import kube, protocol
 from ..config import BackendConfig
+from ..podmemory import PodMemory
 from ..policies import Policy
 from .base import Backend, Exchange, now
 
 log = logging.getLogger(__name__)
 
-_POD_MEMORY = 10_000  # pods remembered between filter and bind, for the ledger
 
 
 class PolicyBackend(Backend):
     def __init__(self, config: BackendConfig, policy: Policy) -> None:
         super().__init__(config)
         self.policy = policy
-        self._pods: OrderedDict[str, dict] = OrderedDict()
-        self._lock = threading.Lock()
+        self.pods = PodMemory()  # between filter and bind, for the ledger
 
     async def exchange(self, verb: str, verb_string: str, body: bytes) -> Exchange:
         started = now()
@@ -54,18 +51,9 @@ class PolicyBackend(Backend):
             return Exchange(started, now(), 200, protocol.encode_binding_result(protocol.BindingResult(error=reason)), permanent=True)
         return Exchange(started, now(), 400, reason.encode(), "text/plain; charset=utf-8", permanent=True)
 
-    def _remember(self, pod: dict) -> None:
-        uid = protocol.pod_identity(pod)[2]
-        if uid:
-            with self._lock:
-                self._pods[uid] = pod
-                self._pods.move_to_end(uid)
-                while len(self._pods) > _POD_MEMORY:
-                    self._pods.popitem(last=False)
-
     def _filter(self, body: bytes) -> bytes:
         args = protocol.decode_extender_args(body)
-        self._remember(args.pod)
+        self.pods.remember(args.pod)
         if args.nodes is None:
             return protocol.encode_filter_result(
                 protocol.FilterResult(None, None, {}, {}, "policy backends need full Node objects: register with nodeCacheCapable: false")
@@ -108,8 +96,7 @@ class PolicyBackend(Backend):
             await asyncio.to_thread(kube.bind_pod, args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except kube.KubeError as exc:
             return protocol.encode_binding_result(protocol.BindingResult(error=str(exc).replace("%", " percent")))
-        with self._lock:
-            pod = self._pods.pop(args.pod_uid, None)
+        pod = self.pods.pop(args.pod_uid)
         if pod is not None:
             self.policy.record_binding(pod, args.node)
         return protocol.encode_binding_result(protocol.BindingResult(error=""))
