@@ -31,8 +31,9 @@ browser:
 test: setup browser
 	$(VENV)/bin/pytest
 
-bench: migrate
+bench: migrate browser
 	$(PY) bench/run.py
+	$(PY) bench/feed.py
 
 clean:
 	rm -rf $(VENV) var
