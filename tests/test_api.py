@@ -136,3 +136,17 @@ def test_it_serves_health_readiness_and_metrics():
     assert ready.status_code == 200 and ready.json()["ready"] is True
     metrics = client.get("/metrics").content.decode()
     assert "extproxy_recorder_queue_depth" in metrics and "extproxy_recorder_dropped_total" in metrics
+
+
+def test_it_documents_the_api_in_an_openapi_schema():
+    import yaml
+
+    client = client_for(superuser=True)
+    response = client.get("/api/schema/")
+    assert response.status_code == 200
+    schema = yaml.safe_load(response.content)
+    assert schema["openapi"].startswith("3.")
+    listing = schema["paths"]["/api/calls/"]["get"]
+    assert {p["name"] for p in listing["parameters"]} >= {"pod", "namespace", "pod_uid", "verb", "backend", "outcome", "since", "until"}
+    detail = schema["components"]["schemas"]["CallDetailDoc"]["properties"]
+    assert {"decisions", "backend_calls", "pod", "outcome", "node_count"} <= set(detail)

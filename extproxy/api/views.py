@@ -1,10 +1,24 @@
 """REST API views: read-only calls, newest first, filtered by query parameters."""
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import viewsets
 from rest_framework.pagination import CursorPagination
 
 from ..models import Call
 from .filters import filter_calls
-from .serializers import CallSerializer
+from .serializers import CallDetailDoc, CallDoc, CallSerializer
+
+FILTER_PARAMETERS = [
+    OpenApiParameter("pod", OpenApiTypes.STR, description="pod name, or namespace/name"),
+    OpenApiParameter("namespace", OpenApiTypes.STR),
+    OpenApiParameter("pod_uid", OpenApiTypes.STR),
+    OpenApiParameter("verb", OpenApiTypes.STR, enum=["filter", "prioritize", "bind", "preempt"]),
+    OpenApiParameter("backend", OpenApiTypes.STR, description="a backend name, or combined"),
+    OpenApiParameter("outcome", OpenApiTypes.STR, enum=["ok", "error", "timeout"]),
+    OpenApiParameter("attempt", OpenApiTypes.STR),
+    OpenApiParameter("since", OpenApiTypes.DATETIME),
+    OpenApiParameter("until", OpenApiTypes.DATETIME),
+]
 
 
 class NewestFirst(CursorPagination):
@@ -14,6 +28,10 @@ class NewestFirst(CursorPagination):
     max_page_size = 500
 
 
+@extend_schema_view(
+    list=extend_schema(responses=CallDoc(many=True), parameters=FILTER_PARAMETERS),
+    retrieve=extend_schema(responses=CallDetailDoc),
+)
 class CallViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = CallSerializer
     pagination_class = NewestFirst
