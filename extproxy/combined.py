@@ -202,7 +202,7 @@ class Combined:
         try:
             await asyncio.to_thread(kube.bind_pod, args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except kube.KubeError as exc:
-            return protocol.encode_binding_result(protocol.BindingResult(str(exc).replace("%", "%%"))), children
+            return protocol.encode_binding_result(protocol.BindingResult(semantics.go_format_safe(str(exc)))), children
         return protocol.encode_binding_result(protocol.BindingResult("")), children
 
     def _binder(self, pod: dict | None) -> BackendConfig | None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from . import metrics, protocol
+from . import metrics, protocol, semantics
 from .backends import Backend, Exchange, build_backend
 from .backends.base import now
 from .config import ProxyConfig, load_config
@@ -39,8 +39,7 @@ class Answer:
 
 
 def error_text(backend: str, reason: str) -> str:
-    # The scheduler uses Error as a Go format string: a '%' would come out garbled.
-    return f"extproxy: backend {backend}: {reason}".replace("%", " percent")
+    return semantics.go_format_safe(f"extproxy: backend {backend}: {reason}")
 
 
 def failure_answer(verb: str, backend: str, exchange: Exchange) -> Answer:
@@ -133,7 +132,7 @@ class Engine:
 
     @staticmethod
     def _failure(verb: str, reason: str) -> bytes:
-        text = f"extproxy: {reason}".replace("%", " percent")
+        text = semantics.go_format_safe(f"extproxy: {reason}")
         if verb in ("filter", "bind"):
             return msgspec.json.encode({"Error": text})
         return text.encode()

@@ -405,16 +405,11 @@ class Recorder:
         self._touched: OrderedDict[str, float] = OrderedDict()
         self.retention = retention
         self._next_prune = 0.0
-        self._publisher = publisher
+        self.publisher = publisher
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         metrics.RECORDER_QUEUE_DEPTH.set_function(self._queue.qsize)
         metrics.RECORDER_QUEUE_BYTES.set_function(lambda: self._bytes)
-
-    def attach_publisher(self, make: Callable[[], Publisher]) -> None:
-        """Set the live-event publisher once, from the server's event loop."""
-        if self._publisher is None:
-            self._publisher = make()
 
     # hot path ------------------------------------------------------------------------
     def submit(self, trace: Trace) -> bool:
@@ -598,10 +593,10 @@ class Recorder:
             self._touched.popitem(last=False)
 
     def _publish(self, summaries: list[dict[str, Any]]) -> None:
-        if not summaries or self._publisher is None:
+        if not summaries or self.publisher is None:
             return
         try:
-            self._publisher(summaries)
+            self.publisher(summaries)
         except Exception:  # a failing live stream never costs a record
             log.exception("recorder: publishing %d live events failed", len(summaries))
 

@@ -463,6 +463,11 @@ def interested(backends: Sequence[BackendConfig], pod: dict, verb: str) -> list[
     return [b for b in scheduler_order(backends) if b.verb_string(verb) and b.interested_in(pod)]
 
 
+def go_format_safe(text: str) -> str:
+    """Text that comes out unchanged when the scheduler passes it to fmt.Errorf as the format."""
+    return text.replace("%", "%%")
+
+
 def reply_error_text(verdict: Verdict | None, transport_error: str = "") -> str:
     """The Error text the proxy answers so that the scheduler ends with this backend's error.
 
@@ -472,7 +477,7 @@ def reply_error_text(verdict: Verdict | None, transport_error: str = "") -> str:
     if verdict is not None and any(f["kind"] == "error-under-200" for f in verdict.findings):
         return verdict.error
     text = verdict.error if verdict is not None else (transport_error or "no answer")
-    return text.replace("%", "%%")
+    return go_format_safe(text)
 
 
 def _failure(verdict: Verdict | None, transport_error: str) -> str:

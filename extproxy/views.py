@@ -70,16 +70,18 @@ def refusal(status: int, reason: str, kind: str) -> Answer:
 async def extender_app(scope: Scope, receive: Receive, send: Send) -> None:
     started = time.perf_counter()
     engine = get_engine()
-    engine.recorder.attach_publisher(lambda: channel_layer_publisher(asyncio.get_running_loop()))
+    if engine.recorder.publisher is None:  # once, from the server's own event loop
+        engine.recorder.publisher = channel_layer_publisher(asyncio.get_running_loop())
     backend_name, _, verb_string = scope["path"][len(PREFIX):].partition("/")
-    verb_string = verb_string.rstrip("/") if verb_string.endswith("/") else verb_string
-    backend = engine.backends.get(backend_name)
-    if not verb_string:
+    verb_string = verb_string.rstrip("/")
+    if not verb_string:  # /extender/<verb>: the combined form
         if backend_name not in VERBS:
             await respond(send, refusal(404, f"no such endpoint: {scope['path']}", "path"))
             return
-        await combined(scope, receive, send, engine, backend_name, started)
+        await serve(scope, receive, send, "combined", backend_name, started,
+                    lambda body: engine.combined(backend_name, body))
         return
+    backend = engine.backends.get(backend_name)
     if backend is None:
         await respond(send, refusal(404, f"unknown backend {backend_name!r}; configured: {sorted(engine.backends)}", "backend"))
         return
@@ -87,28 +89,23 @@ async def extender_app(scope: Scope, receive: Receive, send: Send) -> None:
     if verb is None:
         await respond(send, refusal(404, f"backend {backend_name!r} has no verb {verb_string!r}", "verb"))
         return
+    await serve(scope, receive, send, backend_name, verb, started,
+                lambda body: engine.per_backend(backend, verb, verb_string, body))
+
+
+async def serve(
+    scope: Scope, receive: Receive, send: Send, name: str, verb: str, started: float,
+    call: Callable[[bytes], Awaitable[Answer]],
+) -> None:
+    """The part both forms share: POST only, a bounded body, the answer, its duration."""
     if scope["method"] != "POST":
         await respond(send, refusal(405, "extender calls are POST requests", "method"))
         return
     body = await body_or_refusal(scope, receive, send)
     if body is None:
         return
-    answer = await engine.per_backend(backend, verb, verb_string, body)
-    await respond(send, answer)
-    metrics.REQUEST_DURATION.labels(backend_name, verb).observe(time.perf_counter() - started)
-
-
-async def combined(scope: Scope, receive: Receive, send: Send, engine, verb: str, started: float) -> None:
-    """`POST /extender/<verb>`: the combined form."""
-    if scope["method"] != "POST":
-        await respond(send, refusal(405, "extender calls are POST requests", "method"))
-        return
-    body = await body_or_refusal(scope, receive, send)
-    if body is None:
-        return
-    answer = await engine.combined(verb, body)
-    await respond(send, answer)
-    metrics.REQUEST_DURATION.labels("combined", verb).observe(time.perf_counter() - started)
+    await respond(send, await call(body))
+    metrics.REQUEST_DURATION.labels(name, verb).observe(time.perf_counter() - started)
 
 
 async def body_or_refusal(scope: Scope, receive: Receive, send: Send) -> bytes | None:

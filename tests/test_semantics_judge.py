@@ -342,3 +342,20 @@ def test_it_keeps_reported_pdb_violations_as_given():
     v = judge_preempt("b", INPUT, 200, body, URL)
     assert v.victims["node-03"] == MetaVictims([INPUT["node-03"][1], INPUT["node-03"][0]], 7)
     assert results(v)["node-03"][1] == f"victims: {INPUT['node-03'][1]}, {INPUT['node-03'][0]}"
+
+
+@pytest.mark.parametrize("text", ["disk 95% full", "%s %d %v", "plain"])
+def test_it_makes_error_text_survive_the_schedulers_fmt_errorf(text):
+    # Go's fmt.Errorf(format) prints "%%" as "%": emulate that and get the text back.
+    from extproxy.engine import error_text
+    from extproxy.semantics import go_format_safe
+
+    import re
+
+    def fmt_errorf(format_string: str) -> str:  # "%%" prints "%"; any other "%" starts a verb
+        return re.sub(r"%%|%", lambda m: "%" if m.group() == "%%" else "%!(MISSING)", format_string)
+
+    assert fmt_errorf("disk 95% full") != "disk 95% full"  # the emulation garbles what Go garbles
+
+    assert fmt_errorf(go_format_safe(text)) == text
+    assert fmt_errorf(error_text("gpu", text)) == f"extproxy: backend gpu: {text}"

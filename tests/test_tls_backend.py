@@ -91,3 +91,19 @@ def test_it_checks_the_certificate_against_server_name(tls_backend, proxy, write
     assert (error == "") is trusted
     if not trusted:
         assert "extproxy: backend secure:" in error and "elsewhere.test" in error
+
+
+def test_it_leaves_no_client_key_on_disk_after_loading_it(tls_backend, tmp_path, monkeypatch):
+    import tempfile
+
+    from extproxy.backends.http import ssl_context
+    from extproxy.config import BackendConfig, TLSConfig
+
+    url, cert, _ = tls_backend
+    key = (tmp_path / "key.pem").read_bytes()  # the fixture's own key, written beside its cert
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "spool"))
+    (tmp_path / "spool").mkdir()
+    config = BackendConfig(name="s", url_prefix=f"{url}/x", tls_config=TLSConfig(cert_data=cert, key_data=key))
+
+    assert ssl_context(config)
+    assert list((tmp_path / "spool").iterdir()) == []

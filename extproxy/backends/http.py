@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import ssl
 import tempfile
 import warnings
@@ -48,9 +49,14 @@ def ssl_context(config: BackendConfig) -> ssl.SSLContext | bool:
     elif tls and tls.ca_file:
         ctx.load_verify_locations(cafile=tls.ca_file)
     if tls and (tls.cert_data or tls.cert_file):
-        cert = _file_for(tls.cert_data) if tls.cert_data else tls.cert_file
-        key = _file_for(tls.key_data) if tls.key_data else (tls.key_file or None)
-        ctx.load_cert_chain(cert, key)
+        written: list[str] = []
+        try:
+            cert = _file_for(tls.cert_data, written) if tls.cert_data else tls.cert_file
+            key = _file_for(tls.key_data, written) if tls.key_data else (tls.key_file or None)
+            ctx.load_cert_chain(cert, key)
+        finally:
+            for path in written:  # the key must not stay on disk once loaded
+                os.unlink(path)
     return ctx
 
 
@@ -59,9 +65,10 @@ def _pem_text(data: bytes) -> str:
     return text if "-----BEGIN" in text else base64.b64decode(data).decode("ascii")
 
 
-def _file_for(data: bytes) -> str:
-    # ssl can load a certificate chain only from a file.
+def _file_for(data: bytes, written: list[str]) -> str:
+    # ssl can load a certificate chain only from a file (created 0600 by tempfile).
     handle = tempfile.NamedTemporaryFile(prefix="extproxy-tls-", suffix=".pem", delete=False)
+    written.append(handle.name)
     handle.write(data)
     handle.close()
     return handle.name

@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import msgspec
+
 from .. import kube, protocol
 from ..config import BackendConfig
 from ..podmemory import PodMemory
+from ..semantics import go_format_safe
 from ..policies import Policy
 from .base import Backend, Exchange, now
 
@@ -46,9 +49,9 @@ class PolicyBackend(Backend):
         return Exchange(started, now(), 200, data)
 
     def _refuse(self, verb: str, started: float, reason: str) -> Exchange:
-        reason = reason.replace("%", " percent")
-        if verb in ("filter", "bind"):
-            return Exchange(started, now(), 200, protocol.encode_binding_result(protocol.BindingResult(error=reason)), permanent=True)
+        reason = go_format_safe(reason)
+        if verb in ("filter", "bind"):  # both replies carry the failure in their Error field
+            return Exchange(started, now(), 200, msgspec.json.encode({"Error": reason}), permanent=True)
         return Exchange(started, now(), 400, reason.encode(), "text/plain; charset=utf-8", permanent=True)
 
     def _filter(self, body: bytes) -> bytes:
@@ -95,7 +98,7 @@ class PolicyBackend(Backend):
         try:
             await asyncio.to_thread(kube.bind_pod, args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except kube.KubeError as exc:
-            return protocol.encode_binding_result(protocol.BindingResult(error=str(exc).replace("%", " percent")))
+            return protocol.encode_binding_result(protocol.BindingResult(error=go_format_safe(str(exc))))
         pod = self.pods.pop(args.pod_uid)
         if pod is not None:
             self.policy.record_binding(pod, args.node)
