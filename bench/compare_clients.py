@@ -7,7 +7,7 @@ Measured here (2 cores, names N=1000, c=1, 1800 calls each, alternating turns):
     aiohttp p50 0.302 ms p99 0.456 ms, 5527 calls/s with 64 in flight
     httpx   p50 1.148 ms p99 1.663 ms,  342 calls/s with 64 in flight
 """
-import asyncio, json, subprocess, sys, time, socket
+import asyncio, json, subprocess, time, socket
 from pathlib import Path
 import aiohttp, httpx, uvloop
 ROOT = Path(__file__).resolve().parent.parent
