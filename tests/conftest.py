@@ -24,7 +24,7 @@ os.environ.setdefault(
     "EXTPROXY_TEST_SQLITE_PATH", str(Path(tempfile.gettempdir()) / f"extproxy-test-{os.getpid()}.sqlite3")
 )
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # copied from the shared fixtures: a clone is self-contained
 
 
 def fixture_bytes(name: str) -> bytes:

@@ -14,7 +14,7 @@ from extproxy.policies import FilterOutcome, PolicyError, default_policy, parse_
 from extproxy.policies.resources import Ledger, is_extended_resource, parse_quantity, pod_requests
 from extproxy.policies.selector import parse_selector
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 GPU = "example.com/gpu"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from extproxy.policies import PolicyError, parse_policy
 
-FIXTURE = Path("/work/shared/fixtures/filter-request.nodecache-false.json")
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "filter-request.nodecache-false.json"
 
 
 @pytest.fixture()

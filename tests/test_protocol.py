@@ -20,7 +20,7 @@ from extproxy.protocol import (
     ProtocolError,
 )
 
-FIX = Path("/work/shared/fixtures")
+FIX = Path(__file__).resolve().parent / "fixtures"
 CAP = FIX / "captured-kube-scheduler-1.24"
 
 

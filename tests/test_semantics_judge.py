@@ -10,7 +10,7 @@ import pytest
 from extproxy.protocol import MetaVictims
 from extproxy.semantics import judge_bind, judge_filter, judge_preempt, judge_prioritize
 
-FIX = Path("/work/shared/fixtures")
+FIX = Path(__file__).resolve().parent / "fixtures"
 URL = "http://backend:8888/scheduler"
 NAMES = ["node-01", "node-02", "node-03", "node-04", "node-05"]
 
