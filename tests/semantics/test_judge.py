@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from extproxy.protocol import MetaVictims
 from extproxy.semantics import judge_bind, judge_filter, judge_preempt, judge_prioritize
+from tests.conftest import FIXTURES as FIX
 
-FIX = Path(__file__).resolve().parent / "fixtures"
 URL = "http://backend:8888/scheduler"
 NAMES = ["node-01", "node-02", "node-03", "node-04", "node-05"]
 

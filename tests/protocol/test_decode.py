@@ -1,10 +1,6 @@
-"""Tests for extproxy.protocol: Go encoding/json semantics of the extender v1 wire types."""
+"""Tests for extproxy.protocol.decode and .gojson: Go encoding/json semantics of the extender v1 wire types."""
 
 from __future__ import annotations
-
-import ast
-import json
-from pathlib import Path
 
 import pytest
 
@@ -19,9 +15,8 @@ from extproxy.protocol import (
     PreemptionResult,
     ProtocolError,
 )
-
-FIX = Path(__file__).resolve().parent / "fixtures"
-CAP = FIX / "captured-kube-scheduler-1.24"
+from extproxy.protocol.gojson import _Fields
+from tests.conftest import FIXTURES as FIX
 
 
 def fx(name: str) -> bytes:
@@ -86,7 +81,7 @@ def test_it_decodes_host_priority_entries(body, host, score):
 
 
 def test_it_exact_match_wins_over_fold_for_field_lookup():
-    f = p._Fields(["Abc", "ABC"])
+    f = _Fields(["Abc", "ABC"])
     assert f.match("ABC") == "ABC"
     assert f.match("Abc") == "Abc"
     assert f.match("abc") in ("Abc", "ABC")
@@ -295,213 +290,3 @@ def test_it_rejects_type_mismatches(decode, body, message):
 )
 def test_it_decodes_preemption_results(body, expected):
     assert p.decode_preemption_result(body).node_to_meta_victims == expected
-
-
-# ------------------------------------------------------------------ fixtures and captures
-
-
-ALL_FIXTURES = sorted(FIX.glob("*.json")) + sorted(CAP.glob("*.json"))
-
-
-def _codec(name: str):
-    if "filter-request" in name or "prioritize-request" in name:
-        return p.decode_extender_args, p.encode_extender_args
-    if "filter-result" in name:
-        return p.decode_filter_result, p.encode_filter_result
-    if "prioritize-result" in name:
-        return p.decode_host_priority_list, p.encode_host_priority_list
-    if "bind-request" in name:
-        return p.decode_binding_args, p.encode_binding_args
-    if "bind-result" in name:
-        return p.decode_binding_result, p.encode_binding_result
-    if "preempt-request" in name:
-        return p.decode_preemption_args, p.encode_preemption_args
-    if "preempt-result" in name:
-        return p.decode_preemption_result, p.encode_preemption_result
-    raise AssertionError(name)
-
-
-@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda x: f"{x.parent.name}/{x.name}")
-def test_it_round_trips_every_fixture(path):
-    decode, encode = _codec(path.name)
-    value = decode(path.read_bytes())
-    out = encode(value)
-    assert decode(out) == value
-    assert b"\n" not in out and out[:2] in (b'{"', b"[{", b"[]")  # compact
-    # the same content as the fixture, once Go's reading of the original is applied
-    assert encode(decode(out)) == out
-
-
-@pytest.mark.parametrize("path", sorted(CAP.glob("*.json")), ids=lambda x: x.name)
-def test_it_re_encodes_captured_requests_byte_for_byte(path):
-    decode, encode = _codec(path.name)
-    body = path.read_bytes()
-    assert encode(decode(body)) == body
-
-
-@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda x: f"{x.parent.name}/{x.name}")
-def test_it_keeps_pascal_case_envelope_keys_when_encoding(path):
-    decode, encode = _codec(path.name)
-    out = json.loads(encode(decode(path.read_bytes())))
-    objs = out if isinstance(out, list) else [out]
-    for o in objs:
-        assert all(k[0].isupper() for k in o), o.keys()
-
-
-def test_it_encodes_like_go():
-    assert p.encode_filter_result(FilterResult(None, None, {}, {}, "")) == (
-        b'{"Nodes":null,"NodeNames":null,"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
-    )
-    assert p.encode_filter_result(
-        FilterResult([{"metadata": {"name": "a"}}], None, {"b": "x", "a": "y"}, {}, "e<&>")
-    ) == (
-        b'{"Nodes":{"metadata":{},"items":[{"metadata":{"name":"a"}}]},"NodeNames":null,'
-        b'"FailedNodes":{"a":"y","b":"x"},"FailedAndUnresolvableNodes":{},"Error":"e\\u003c\\u0026\\u003e"}'
-    )
-    assert p.encode_host_priority_list([HostPriority("a", 1)]) == b'[{"Host":"a","Score":1}]'
-    assert p.encode_host_priority_list([]) == b"[]"
-    assert p.encode_binding_args(BindingArgs("p", "ns", "u", "n")) == (
-        b'{"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"n"}'
-    )
-    assert p.encode_binding_result(BindingResult("")) == b'{"Error":""}'
-    assert p.encode_preemption_result(
-        PreemptionResult({"z": MetaVictims(["u1"], 1), "a": None})
-    ) == b'{"NodeNameToMetaVictims":{"a":null,"z":{"Pods":[{"UID":"u1"}],"NumPDBViolations":1}}}'
-    assert p.encode_extender_args(ExtenderArgs({"metadata": {}}, None, ["a"])) == (
-        b'{"Pod":{"metadata":{}},"Nodes":null,"NodeNames":["a"]}'
-    )
-
-
-def test_it_does_not_add_kind_or_api_version_to_objects():
-    body = fx("filter-request.nodecache-false.json")
-    args = p.decode_extender_args(body)
-    assert "kind" not in args.pod and "apiVersion" not in args.pod
-    assert all("kind" not in n and "apiVersion" not in n for n in args.nodes or [])
-    out = p.encode_extender_args(args)
-    # only the ownerReferences carry kind/apiVersion, as in the fixture
-    assert out.count(b'"kind"') == body.count(b'"kind"')
-    assert out.count(b'"apiVersion"') == body.count(b'"apiVersion"')
-
-
-CAPTURED_SUMMARIES = [
-    ("filter-request.nodecache-false.json", "default", "web-nc-false",
-     "6c1b7b2c-f2d0-44f4-954a-937573bbe942", ["gpu-node-2", "gpu-node-3", "cpu-node-1", "gpu-node-1"], "objects"),
-    ("prioritize-request.nodecache-false.json", "default", "web-nc-false",
-     "6c1b7b2c-f2d0-44f4-954a-937573bbe942", ["gpu-node-2", "gpu-node-3", "cpu-node-1", "gpu-node-1"], "objects"),
-    ("filter-request.nodecache-true.json", "default", "web-nc-true",
-     "6b3e5f20-f54b-482a-8a6c-1b413be0c911", ["cpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-1"], "names"),
-    ("prioritize-request.nodecache-true.json", "default", "web-nc-true",
-     "6b3e5f20-f54b-482a-8a6c-1b413be0c911", ["cpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-1"], "names"),
-]
-
-
-@pytest.mark.parametrize("name, ns, pod, uid, nodes, mode", CAPTURED_SUMMARIES)
-def test_it_summarizes_captured_requests(name, ns, pod, uid, nodes, mode):
-    body = (CAP / name).read_bytes()
-    s = p.summarize_extender_args(body)
-    assert (s.pod_namespace, s.pod_name, s.pod_uid, s.node_names, s.mode) == (ns, pod, uid, nodes, mode)
-    args = p.decode_extender_args(body)
-    assert p.pod_identity(args.pod) == (ns, pod, uid)
-    full_names = args.node_names if mode == "names" else [n["metadata"]["name"] for n in args.nodes]
-    assert full_names == nodes
-
-
-@pytest.mark.parametrize(
-    "name, nodes, mode",
-    [
-        ("filter-request.nodecache-false.json", ["node-01", "node-02", "node-03", "node-04", "node-05"], "objects"),
-        ("filter-request.nodecache-true.json", ["node-01", "node-02", "node-03", "node-04", "node-05"], "names"),
-        ("prioritize-request.nodecache-true.json", ["node-01", "node-03"], "names"),
-    ],
-)
-def test_it_summarizes_generated_requests(name, nodes, mode):
-    s = p.summarize_extender_args(fx(name))
-    assert (s.pod_namespace, s.pod_name, s.pod_uid) == (
-        "ml-team", "trainer-7d9c5b6f8-b4x2s", "6e1f1eb2-6544-5d63-a9e7-fba83e12a409")
-    assert (s.node_names, s.mode) == (nodes, mode)
-
-
-@pytest.mark.parametrize(
-    "body, expected",
-    [
-        (b'{"pod":{"metadata":{"name":"p","namespace":"n","uid":"u"}},"nodenames":["a"]}',
-         p.ArgsSummary("n", "p", "u", ["a"], "names")),
-        (b'{"Pod":null,"Nodes":null,"NodeNames":null}', p.ArgsSummary("", "", "", [], "none")),
-        (b'{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"x"}},{},null]}}',
-         p.ArgsSummary("", "", "", ["x", "", ""], "objects")),
-        (b'{"Pod":{"metadata":null},"NodeNames":[],"Nodes":{"items":[{"metadata":{"name":"x"}}]}}',
-         p.ArgsSummary("", "", "", [], "names")),
-        (b'{"NodeNames":["a"],"NodeNames":["b"]}', p.ArgsSummary("", "", "", ["b"], "names")),
-        (b'{"NodeNames":["a"]} trailing', p.ArgsSummary("", "", "", ["a"], "names")),
-    ],
-)
-def test_it_summarizes_edge_cases(body, expected):
-    assert p.summarize_extender_args(body) == expected
-
-
-@pytest.mark.parametrize(
-    "body", [b'{"NodeNames":"a"}', b'{"NodeNames":[1]}', b'{"Nodes":[]}', b'{"Pod":"x"}',
-             b'{"Pod":{"metadata":{"name":5}}}']
-)
-def test_it_rejects_bad_summaries(body):
-    with pytest.raises(ProtocolError):
-        p.summarize_extender_args(body)
-
-
-@pytest.mark.parametrize(
-    "pod, expected",
-    [
-        ({"metadata": {"namespace": "n", "name": "p", "uid": "u"}}, ("n", "p", "u")),
-        ({"metadata": {"name": "p"}}, ("", "p", "")),
-        ({}, ("", "", "")),
-        ({"metadata": None}, ("", "", "")),
-        ({"metadata": {"name": 5}}, ("", "", "")),
-    ],
-)
-def test_it_extracts_pod_identity(pod, expected):
-    assert p.pod_identity(pod) == expected
-
-
-def test_it_decodes_preemption_requests_in_both_modes():
-    a = p.decode_preemption_args(fx("preempt-request.nodecache-true.json"))
-    assert a.node_to_victims is None
-    assert {k: v.pods for k, v in a.node_to_meta_victims.items()} == {
-        "node-02": ["e22bba58-41e9-514f-be15-cdca249f41b7"],
-        "node-03": ["bbf3e57f-9c21-526d-bc7b-764060222c6c", "fafeac27-3212-55d0-95df-9ad338e018fe"],
-    }
-    b = p.decode_preemption_args(fx("preempt-request.nodecache-false.json"))
-    assert b.node_to_meta_victims is None
-    assert {k: [pod["metadata"]["uid"] for pod in v.pods] for k, v in b.node_to_victims.items()} == {
-        k: v.pods for k, v in a.node_to_meta_victims.items()
-    }
-    assert p.pod_identity(a.pod)[:2] == ("serving", "inference-critical-0")
-
-
-def test_it_lists_envelope_keys_as_sent():
-    assert p.envelope_keys(b'{"a":1,"A":2,"a":3}') == ["a", "A", "a"]
-    assert p.envelope_keys(b"[]") == []
-    assert p.envelope_keys(b"") == []
-
-
-# ------------------------------------------------------------------ purity
-
-
-FORBIDDEN_IMPORTS = {"django", "os", "io", "socket", "subprocess", "requests", "aiohttp", "urllib",
-                     "http", "pathlib", "shutil", "sqlite3", "asyncio", "logging", "tempfile",
-                     "psycopg", "channels", "rest_framework"}
-
-
-@pytest.mark.parametrize("module", ["protocol", "semantics"])
-def test_it_keeps_pure_modules_free_of_django_and_io(module):
-    src = (Path(p.__file__).parent / f"{module}.py").read_text()
-    tree = ast.parse(src)
-    imported: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            assert node.func.id not in ("open", "__import__", "exec", "eval"), node.func.id
-    assert not imported & FORBIDDEN_IMPORTS, imported & FORBIDDEN_IMPORTS
-    assert imported <= {"__future__", "dataclasses", "typing", "re", "msgspec", "extproxy"}, imported

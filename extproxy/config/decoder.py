@@ -1,368 +1,34 @@
-"""The backend configuration file: loading, decoding and validation.
+"""Strict decoding of a parsed configuration file into ProxyConfig, with the scheduler's validation.
 
-Owns the two file kinds `EXTPROXY_CONFIG` may name (a KubeSchedulerConfiguration, whose
-`extenders` become the backends, or extproxy's own file) and turns either into one immutable
-`ProxyConfig`. Decoding is strict and case-sensitive like kube-scheduler's own config decoder, and
-the extender list is validated with the scheduler's `validateExtenders` rules, so a file the
-scheduler would refuse is refused here too, with the field path and the reason.
+Decoding is case-sensitive like kube-scheduler's own config decoder, and the extender list is
+validated with the scheduler's ``validateExtenders`` rules, so a file the scheduler would refuse
+is refused here too, with the field path and the reason. Policy rule bodies are kept raw;
+``extproxy.policies`` validates them.
 
-Pure Python: no Django import and no I/O beyond reading the one file, so replay, management
-commands and tests can use it anywhere. Policy rule bodies are kept raw; `extproxy.policies`
-validates them.
+May import: the standard library and the other ``config`` modules. No Django, no I/O.
 """
 from __future__ import annotations
 
 import base64
 import binascii
-import json
-import re
-from dataclasses import dataclass, field
-from fractions import Fraction
-from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-import yaml
-
-SCHEDULER_KIND = "KubeSchedulerConfiguration"
-EXTPROXY_KIND = "ExtproxyConfiguration"
-SCHEDULER_API_GROUP = "kubescheduler.config.k8s.io"
-SUPPORTED_API_VERSIONS = tuple(f"{SCHEDULER_API_GROUP}/{v}" for v in ("v1", "v1beta3", "v1beta2"))
-DEFAULT_HTTP_TIMEOUT = 5.0  # DefaultExtenderTimeout, substituted at run time for 0/unset
-RESERVED_BACKEND_NAMES = frozenset({"combined"})  # the API's name for combined calls
-VERBS = ("filter", "prioritize", "preempt", "bind")
-_INT64_MAX = 2**63 - 1
-
-
-class ConfigError(Exception):
-    """A bad configuration file: which file, which field, and why."""
-
-    def __init__(self, source: str, field: str, reason: str):
-        super().__init__(f"{source}: {field}: {reason}")
-        self.source = source
-        self.field = field
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class ManagedResource:
-    name: str
-    ignored_by_scheduler: bool = False
-
-
-@dataclass(frozen=True)
-class TLSConfig:
-    insecure: bool = False
-    server_name: str = ""
-    cert_file: str = ""
-    key_file: str = ""
-    ca_file: str = ""
-    cert_data: bytes = b""
-    key_data: bytes = b""
-    ca_data: bytes = b""
-
-
-@dataclass(frozen=True)
-class BackendConfig:
-    name: str
-    url_prefix: str = ""
-    policy: str = ""
-    filter_verb: str = ""
-    prioritize_verb: str = ""
-    preempt_verb: str = ""
-    bind_verb: str = ""
-    weight: int = 0
-    enable_https: bool = False
-    tls_config: TLSConfig | None = None
-    http_timeout: float = DEFAULT_HTTP_TIMEOUT
-    http_timeout_raw: str = ""
-    node_cache_capable: bool = False
-    managed_resources: tuple[ManagedResource, ...] = ()
-    ignorable: bool = False
-
-    @property
-    def is_policy(self) -> bool:
-        return bool(self.policy)
-
-    def verb_string(self, verb: str) -> str:
-        """The configured verb string for "filter"/"prioritize"/"preempt"/"bind" ("" = unsupported)."""
-        return getattr(self, f"{verb}_verb")
-
-    def verb_name(self, verb_string: str) -> str | None:
-        if not verb_string:
-            return None
-        for verb in VERBS:
-            if self.verb_string(verb) == verb_string:
-                return verb
-        return None
-
-    def url_for(self, verb_string: str) -> str:
-        # Exactly as HTTPExtender.send builds it: no escaping, no trailing slash.
-        return self.url_prefix.rstrip("/") + "/" + verb_string
-
-    def interested_in(self, pod: dict) -> bool:
-        if not self.managed_resources:
-            return True
-        managed = {r.name for r in self.managed_resources}
-        spec = (pod or {}).get("spec") or {}
-        for key in ("containers", "initContainers"):
-            for container in spec.get(key) or ():
-                resources = (container or {}).get("resources") or {}
-                for kind in ("requests", "limits"):
-                    if managed.intersection((resources.get(kind) or {}).keys()):
-                        return True
-        return False
-
-
-@dataclass(frozen=True)
-class RecordingConfig:
-    enabled: bool = True
-    queue_size: int = 10000
-    batch_size: int = 500
-    flush_interval: float = 0.1
-    max_body_bytes: int = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class RedactionConfig:
-    env_values: bool = True
-    drop_annotations: tuple[str, ...] = ("kubectl.kubernetes.io/last-applied-configuration",)
-    redact_annotations: tuple[str, ...] = ()
-    redact_labels: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RetentionConfig:
-    max_age_seconds: float = 7 * 86400  # 0 = no age limit
-    max_calls: int = 0  # 0 = unlimited
-
-
-@dataclass(frozen=True)
-class ProxyConfig:
-    backends: tuple[BackendConfig, ...]
-    policies: dict[str, Any] = field(default_factory=dict)
-    recording: RecordingConfig = RecordingConfig()
-    redaction: RedactionConfig = RedactionConfig()
-    retention: RetentionConfig = RetentionConfig()
-    parallel_filter: bool = False
-    source: str = "<default>"
-    kind: str = "default"
-
-    def backend(self, name: str) -> BackendConfig | None:
-        for backend in self.backends:
-            if backend.name == name:
-                return backend
-        return None
-
-
-# --------------------------------------------------------------------------- entry points
-
-
-def default_config() -> ProxyConfig:
-    builtin = BackendConfig(
-        name="builtin",
-        policy="default",
-        filter_verb="filter",
-        prioritize_verb="prioritize",
-        preempt_verb="preempt",
-        weight=1,
-    )
-    return ProxyConfig(backends=(builtin,), policies={"default": {"rules": []}})
-
-
-def load_config(path: str | None) -> ProxyConfig:
-    if not path:
-        return default_config()
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(source, "(file)", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(source, "(file)", f"cannot read: {exc}") from None
-    if source.lower().endswith(".json"):
-        data = _load_json(text, source)
-    else:
-        data = _load_yaml(text, source)
-    return parse_config(data, source)
-
-
-def parse_config(data: Any, source: str) -> ProxyConfig:
-    if data is None:
-        raise ConfigError(source, "(root)", "the file is empty")
-    if not isinstance(data, dict):
-        raise ConfigError(source, "(root)", f"expected a mapping, got {_type_name(data)}")
-    kind = data.get("kind")
-    api_version = data.get("apiVersion")
-    if kind == SCHEDULER_KIND:
-        if api_version not in SUPPORTED_API_VERSIONS:
-            raise ConfigError(
-                source,
-                "apiVersion",
-                f"unsupported apiVersion {api_version!r} for {SCHEDULER_KIND} "
-                f"(supported: {', '.join(SUPPORTED_API_VERSIONS)})",
-            )
-        return _Decoder(source).scheduler_file(data)
-    if kind == "Policy":
-        raise ConfigError(
-            source,
-            "kind",
-            "the legacy Policy file (removed in kube-scheduler 1.23) is not supported; move its "
-            f"extenders into a {SCHEDULER_KIND} (apiVersion {SUPPORTED_API_VERSIONS[0]}), "
-            "spelling enableHTTPS and httpTimeout as a duration string",
-        )
-    if kind is None and api_version is not None:
-        raise ConfigError(source, "kind", f"missing (apiVersion {api_version!r} is given)")
-    if kind not in (None, EXTPROXY_KIND):
-        raise ConfigError(
-            source, "kind", f"unsupported kind {kind!r} (expected {SCHEDULER_KIND} or {EXTPROXY_KIND})"
-        )
-    return _Decoder(source).extproxy_file(data)
-
-
-# --------------------------------------------------------------------------- durations
-
-_DURATION_UNITS_NS = {
-    "ns": 1,
-    "us": 1_000,
-    "\u00b5s": 1_000,  # micro sign
-    "\u03bcs": 1_000,  # Greek mu
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60 * 1_000_000_000,
-    "h": 3600 * 1_000_000_000,
-}
-_DURATION_PART = re.compile(r"(\d*)(?:\.(\d*))?([^\d.]*)")
-
-
-def parse_go_duration(text: str) -> float:
-    """Seconds for a Go `time.ParseDuration` string; ValueError (with Go's wording) otherwise."""
-    if not isinstance(text, str):
-        raise ValueError(f"time: invalid duration {text!r}: not a string")
-    invalid = f'time: invalid duration "{text}"'
-    rest, negative = text, False
-    if rest[:1] in ("-", "+"):
-        negative, rest = rest[0] == "-", rest[1:]
-    if rest == "0":
-        return 0.0
-    if not rest:
-        raise ValueError(invalid)
-    total_ns = 0
-    while rest:
-        match = _DURATION_PART.match(rest)
-        assert match is not None  # every part of the pattern may be empty: it always matches
-        whole, frac, unit = match.group(1), match.group(2), match.group(3)
-        if not whole and not frac:
-            raise ValueError(invalid)
-        if not unit:
-            raise ValueError(f'time: missing unit in duration "{text}"')
-        if unit not in _DURATION_UNITS_NS:
-            raise ValueError(f'time: unknown unit "{unit}" in duration "{text}"')
-        value = Fraction(int(whole or "0"))
-        if frac:
-            value += Fraction(int(frac), 10 ** len(frac))
-        total_ns += int(value * _DURATION_UNITS_NS[unit])  # Go truncates sub-nanoseconds
-        if total_ns > _INT64_MAX:
-            raise ValueError(invalid)
-        rest = rest[match.end():]
-    seconds = total_ns / 1e9
-    return -seconds if negative else seconds
-
-
-_DAYS = re.compile(r"(\d+(?:\.\d*)?|\.\d+)d(.*)", re.DOTALL)
-
-
-def parse_age(text: str) -> float:
-    """A Go duration, or days in front of one: "7d", "1.5d", "7d12h"."""
-    match = _DAYS.fullmatch(text) if isinstance(text, str) else None
-    if not match:
-        return parse_go_duration(text)
-    days = float(match.group(1)) * 86400
-    return days + (parse_go_duration(match.group(2)) if match.group(2) else 0.0)
-
-
-# --------------------------------------------------------------------------- backend names
-
-_NOT_NAME_CHARS = re.compile(r"[^a-z0-9]+")
-BACKEND_NAME_RE = re.compile(r"[a-z0-9-]+")
-
-
-def derive_backend_name(url_prefix: str) -> str:
-    """First host label plus each path segment, joined by "-", reduced to [a-z0-9-]."""
-    try:
-        parts = urlsplit(url_prefix.strip())
-        host = parts.hostname or ""
-        path = parts.path
-    except ValueError:
-        host, path = "", url_prefix
-    pieces = [host.split(".", 1)[0]] + [seg for seg in path.split("/") if seg]
-    name = _NOT_NAME_CHARS.sub("-", "-".join(pieces).lower()).strip("-")
-    return name or "extender"
-
-
-def derive_backend_names(url_prefixes: list[str]) -> list[str]:
-    taken: set[str] = set(RESERVED_BACKEND_NAMES)
-    names = []
-    for prefix in url_prefixes:
-        base = name = derive_backend_name(prefix)
-        n = 2
-        while name in taken:
-            name, n = f"{base}-{n}", n + 1
-        taken.add(name)
-        names.append(name)
-    return names
-
-
-# --------------------------------------------------------------------------- file parsing
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """safe_load that refuses duplicate keys, as the scheduler's strict decoder does."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue  # "<<" merges may be overridden by explicit keys
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in seen
-        except TypeError:
-            continue  # unhashable key: the base constructor reports it
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _load_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, "(syntax)", f"invalid YAML: {exc}") from None
-
-
-def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
-    result: dict = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def _load_json(text: str, source: str) -> Any:
-    try:
-        return json.loads(text, object_pairs_hook=_json_pairs)
-    except ValueError as exc:  # JSONDecodeError is a ValueError
-        raise ConfigError(source, "(syntax)", f"invalid JSON: {exc}") from None
-
+from .durations import INT64_MAX, parse_age, parse_go_duration
+from .names import BACKEND_NAME_RE, derive_backend_names, extended_resource_name_problem
+from .types import (
+    DEFAULT_HTTP_TIMEOUT,
+    RESERVED_BACKEND_NAMES,
+    SCHEDULER_KIND,
+    BackendConfig,
+    ConfigError,
+    ManagedResource,
+    ProxyConfig,
+    RecordingConfig,
+    RedactionConfig,
+    RetentionConfig,
+    TLSConfig,
+)
 
 def _type_name(value: Any) -> str:
     if value is None:
@@ -433,7 +99,7 @@ class _Decoder:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(path, f"expected an integer, got {_type_name(value)}")
-        if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+        if not -INT64_MAX - 1 <= value <= INT64_MAX:
             raise self.error(path, f"{value} is out of the int64 range")
         if minimum is not None and value < minimum:
             raise self.error(path, f"must be at least {minimum}, got {value}")
@@ -690,51 +356,3 @@ def _join(path: str, key: str) -> str:
     return key if path == "(root)" else f"{path}.{key}"
 
 
-# --------------------------------------------------------------------------- resource names
-
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
-_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-
-
-def qualified_name_problem(value: str) -> str | None:
-    """apimachinery IsQualifiedName: optional DNS-subdomain prefix, "/", a name part of <= 63."""
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            return "prefix part must be non-empty"
-        if len(prefix) > 253:
-            return "prefix part must be no more than 253 characters"
-        if not _DNS_SUBDOMAIN.fullmatch(prefix):
-            return "prefix part must be a lowercase RFC 1123 subdomain"
-    else:
-        return "a qualified name must consist of alphanumeric characters, '-', '_' or '.', with an optional DNS subdomain prefix and '/'"
-    if not name:
-        return "name part must be non-empty"
-    if len(name) > 63:
-        return "name part must be no more than 63 characters"
-    if not _QUALIFIED_NAME_PART.fullmatch(name):
-        return "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-    return None
-
-
-def extended_resource_name_problem(name: str) -> str | None:
-    """Why `name` is not a valid extended resource name (validateExtendedResourceName), or None."""
-    problem = qualified_name_problem(name)
-    if problem:
-        return problem
-    # v1helper.IsExtendedResourceName: not native (needs a domain, and not kubernetes.io/ --
-    # upstream checks "contains", which covers *.kubernetes.io too), no requests. prefix, and
-    # the quota form "requests.<name>" must still be a qualified name.
-    if "/" not in name:
-        return "is an invalid extended resource name: it needs a domain prefix, such as example.com/gpu"
-    if "kubernetes.io/" in name:
-        return "is an invalid extended resource name: the kubernetes.io domain is reserved for native resources"
-    if name.startswith("requests."):
-        return "is an invalid extended resource name: it must not start with requests."
-    if qualified_name_problem("requests." + name):
-        return "is an invalid extended resource name: its quota form requests.<name> is too long"
-    return None

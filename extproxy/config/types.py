@@ -1,0 +1,142 @@
+"""The configuration's types: what a loaded file becomes (immutable dataclasses).
+
+Owns ProxyConfig and its parts (backends with their TLS and managed resources, recording,
+redaction, retention) and the facts about a backend that every other module asks
+(``verb_string``, ``url_for``, ``interested_in``).
+
+May import: the standard library only. No Django, no I/O.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEDULER_KIND = "KubeSchedulerConfiguration"
+EXTPROXY_KIND = "ExtproxyConfiguration"
+SCHEDULER_API_GROUP = "kubescheduler.config.k8s.io"
+SUPPORTED_API_VERSIONS = tuple(f"{SCHEDULER_API_GROUP}/{v}" for v in ("v1", "v1beta3", "v1beta2"))
+DEFAULT_HTTP_TIMEOUT = 5.0  # DefaultExtenderTimeout, substituted at run time for 0/unset
+RESERVED_BACKEND_NAMES = frozenset({"combined"})  # the API's name for combined calls
+VERBS = ("filter", "prioritize", "preempt", "bind")
+
+
+class ConfigError(Exception):
+    """A bad configuration file: which file, which field, and why."""
+
+    def __init__(self, source: str, field: str, reason: str):
+        super().__init__(f"{source}: {field}: {reason}")
+        self.source = source
+        self.field = field
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ManagedResource:
+    name: str
+    ignored_by_scheduler: bool = False
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    insecure: bool = False
+    server_name: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    cert_data: bytes = b""
+    key_data: bytes = b""
+    ca_data: bytes = b""
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    name: str
+    url_prefix: str = ""
+    policy: str = ""
+    filter_verb: str = ""
+    prioritize_verb: str = ""
+    preempt_verb: str = ""
+    bind_verb: str = ""
+    weight: int = 0
+    enable_https: bool = False
+    tls_config: TLSConfig | None = None
+    http_timeout: float = DEFAULT_HTTP_TIMEOUT
+    http_timeout_raw: str = ""
+    node_cache_capable: bool = False
+    managed_resources: tuple[ManagedResource, ...] = ()
+    ignorable: bool = False
+
+    @property
+    def is_policy(self) -> bool:
+        return bool(self.policy)
+
+    def verb_string(self, verb: str) -> str:
+        """The configured verb string for "filter"/"prioritize"/"preempt"/"bind" ("" = unsupported)."""
+        return getattr(self, f"{verb}_verb")
+
+    def verb_name(self, verb_string: str) -> str | None:
+        if not verb_string:
+            return None
+        for verb in VERBS:
+            if self.verb_string(verb) == verb_string:
+                return verb
+        return None
+
+    def url_for(self, verb_string: str) -> str:
+        # Exactly as HTTPExtender.send builds it: no escaping, no trailing slash.
+        return self.url_prefix.rstrip("/") + "/" + verb_string
+
+    def interested_in(self, pod: dict) -> bool:
+        if not self.managed_resources:
+            return True
+        managed = {r.name for r in self.managed_resources}
+        spec = (pod or {}).get("spec") or {}
+        for key in ("containers", "initContainers"):
+            for container in spec.get(key) or ():
+                resources = (container or {}).get("resources") or {}
+                for kind in ("requests", "limits"):
+                    if managed.intersection((resources.get(kind) or {}).keys()):
+                        return True
+        return False
+
+
+@dataclass(frozen=True)
+class RecordingConfig:
+    enabled: bool = True
+    queue_size: int = 10000
+    batch_size: int = 500
+    flush_interval: float = 0.1
+    max_body_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RedactionConfig:
+    env_values: bool = True
+    drop_annotations: tuple[str, ...] = ("kubectl.kubernetes.io/last-applied-configuration",)
+    redact_annotations: tuple[str, ...] = ()
+    redact_labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    max_age_seconds: float = 7 * 86400  # 0 = no age limit
+    max_calls: int = 0  # 0 = unlimited
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    backends: tuple[BackendConfig, ...]
+    policies: dict[str, Any] = field(default_factory=dict)
+    recording: RecordingConfig = RecordingConfig()
+    redaction: RedactionConfig = RedactionConfig()
+    retention: RetentionConfig = RetentionConfig()
+    parallel_filter: bool = False
+    source: str = "<default>"
+    kind: str = "default"
+
+    def backend(self, name: str) -> BackendConfig | None:
+        for backend in self.backends:
+            if backend.name == name:
+                return backend
+        return None
+

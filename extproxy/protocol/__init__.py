@@ -1,0 +1,97 @@
+"""The kube-scheduler extender protocol (``k8s.io/kube-scheduler/extender/v1``): bytes <-> Python.
+
+A pure package: no Django, no I/O, no logging (tests/protocol/test_purity.py proves it).
+A change to how a message is read or written goes here; what the scheduler MAKES of a reply
+goes in ``extproxy.semantics``.
+
+* ``gojson``: Go's encoding/json on msgspec (first value, key folding, type checks, errors);
+* ``types``: the wire types;
+* ``decode``: one exact decoder per message;
+* ``encode``: one encoder per message, byte-compatible with Go's json.Marshal;
+* ``raw``: the hot path's split of ExtenderArgs into parts kept as bytes, and the joins back.
+
+The public names are exported here, so ``from extproxy.protocol import X`` is the way in.
+"""
+
+from __future__ import annotations
+
+from .decode import (
+    decode_binding_args,
+    decode_binding_result,
+    decode_extender_args,
+    decode_filter_result,
+    decode_host_priority_list,
+    decode_preemption_args,
+    decode_preemption_result,
+)
+from .encode import (
+    encode_binding_args,
+    encode_binding_result,
+    encode_extender_args,
+    encode_filter_result,
+    encode_host_priority_list,
+    encode_preemption_args,
+    encode_preemption_result,
+)
+from .gojson import ProtocolError, envelope_keys
+from .raw import (
+    ArgsSummary,
+    RawArgs,
+    join_extender_args,
+    join_filter_result,
+    node_name_of,
+    pod_identity,
+    split_extender_args,
+    summarize_extender_args,
+)
+from .types import (
+    MAX_EXTENDER_PRIORITY,
+    MIN_EXTENDER_PRIORITY,
+    BindingArgs,
+    BindingResult,
+    ExtenderArgs,
+    FilterResult,
+    HostPriority,
+    MetaVictims,
+    PreemptionArgs,
+    PreemptionResult,
+    Victims,
+)
+
+__all__ = [
+    "ProtocolError",
+    "ArgsSummary",
+    "RawArgs",
+    "summarize_extender_args",
+    "split_extender_args",
+    "node_name_of",
+    "join_extender_args",
+    "join_filter_result",
+    "ExtenderArgs",
+    "FilterResult",
+    "HostPriority",
+    "BindingArgs",
+    "BindingResult",
+    "Victims",
+    "MetaVictims",
+    "PreemptionArgs",
+    "PreemptionResult",
+    "decode_extender_args",
+    "decode_filter_result",
+    "decode_host_priority_list",
+    "decode_binding_args",
+    "decode_binding_result",
+    "decode_preemption_args",
+    "decode_preemption_result",
+    "encode_extender_args",
+    "encode_filter_result",
+    "encode_host_priority_list",
+    "encode_binding_args",
+    "encode_binding_result",
+    "encode_preemption_args",
+    "encode_preemption_result",
+    "pod_identity",
+    "envelope_keys",
+    "MIN_EXTENDER_PRIORITY",
+    "MAX_EXTENDER_PRIORITY",
+]

@@ -1,0 +1,298 @@
+"""Exact decoders: bytes -> wire types, as kube-scheduler's ``json.NewDecoder(...).Decode`` reads them.
+
+Owns one decoder per message. Types are checked like Go: int64 fields take only JSON integers in
+range; ``null`` leaves scalars at their zero value and sets slices, maps and pointers to nil; a
+later key overwrites an earlier one, except that maps from duplicated keys merge. The Go rules
+themselves live in ``gojson``; this module only says which field is which.
+
+May import: the standard library, msgspec and the other ``protocol`` modules. No Django, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .gojson import (
+    _INT64_MAX,
+    _INT64_MIN,
+    ProtocolError,
+    _Buf,
+    _Fields,
+    _first_value,
+    _int64,
+    _jkind,
+    _object,
+    _object_list,
+    _pairs,
+    _raw_list_decoder,
+    _string,
+    _string_list,
+    _string_map,
+    _struct_pairs,
+    _top,
+    _trim,
+    _type_error,
+    _typed,
+)
+from .types import (
+    BindingArgs,
+    BindingResult,
+    ExtenderArgs,
+    FilterResult,
+    HostPriority,
+    MetaVictims,
+    PreemptionArgs,
+    PreemptionResult,
+    Victims,
+)
+
+class _Meta(msgspec.Struct):
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+
+
+class _Obj(msgspec.Struct):
+    metadata: _Meta | None = None
+
+
+class _ObjList(msgspec.Struct):
+    items: list[_Obj | None] | None = None
+
+
+_pod_decoder = msgspec.json.Decoder(_Obj | None)
+_names_only_items = msgspec.json.Decoder(list[_Obj | None] | None)
+
+
+def _name_stub(obj: "_Obj | None") -> dict:
+    name = obj.metadata.name if obj is not None and obj.metadata is not None else None
+    return {"metadata": {"name": name}} if name is not None else {}
+
+
+_F_ARGS = _Fields(["Pod", "Nodes", "NodeNames"])
+_F_NODELIST = _Fields(["metadata", "items"])  # json tags match case-insensitively too
+_F_FILTER = _Fields(["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"])
+_F_HOST = _Fields(["Host", "Score"])
+_F_BIND_ARGS = _Fields(["PodName", "PodNamespace", "PodUID", "Node"])
+_F_BIND_RESULT = _Fields(["Error"])
+_F_VICTIMS = _Fields(["Pods", "NumPDBViolations"])
+_F_METAPOD = _Fields(["UID"])
+_F_PREEMPT_ARGS = _Fields(["Pod", "NodeNameToVictims", "NodeNameToMetaVictims"])
+_F_PREEMPT_RESULT = _Fields(["NodeNameToMetaVictims"])
+
+
+def _node_list(raw: _Buf, where: str, names_only: bool = False) -> tuple[list[dict] | None, dict | None]:
+    """*v1.NodeList -> (items, metadata); (None, None) for null.
+
+    names_only: each item becomes {"metadata": {"name": ...}}, decoded by msgspec without
+    building the rest of the Node (the recorder only needs names; a 1000-node reply would
+    otherwise cost most of the recorder's time). An item that is not an object still fails.
+    """
+    k = _jkind(raw)
+    if k == "null":
+        return None, None
+    if k != "object":
+        raise _type_error(k, where, "v1.NodeList")
+    items: list[dict] | None = None
+    meta: dict | None = None
+    for name, val in _struct_pairs(raw, "v1.NodeList", _F_NODELIST) or []:
+        if name == "items" and names_only:
+            got = _typed(_names_only_items, val, "NodeList.items")
+            items = None if got is None else [_name_stub(n) for n in got]
+        elif name == "items":
+            lst = _object_list(val, "NodeList.items", "v1.Node")
+            items = None if lst is None else [n if n is not None else {} for n in lst]
+        else:
+            m = _object(val, "NodeList.metadata", "v1.ListMeta")
+            meta = {**(meta or {}), **(m or {})}
+    return (items if items is not None else []), (meta if meta is not None else {})
+
+
+def decode_extender_args(body: bytes) -> ExtenderArgs:
+    """Decode an ExtenderArgs body (filter/prioritize request)."""
+    pod: dict | None = None
+    nodes: list[dict] | None = None
+    meta: dict | None = None
+    names: list[str] | None = None
+    for name, val in _top(body, "v1.ExtenderArgs", _F_ARGS):
+        if name == "Pod":
+            pod = _object(val, "ExtenderArgs.Pod", "v1.Pod")
+        elif name == "Nodes":
+            nodes, meta = _node_list(val, "ExtenderArgs.Nodes")
+        else:
+            names = _string_list(val, "ExtenderArgs.NodeNames")
+    return ExtenderArgs(pod=pod or {}, nodes=nodes, node_names=names, nodes_metadata=meta)
+
+
+def decode_filter_result(body: bytes, names_only: bool = False) -> FilterResult:
+    """Decode an ExtenderFilterResult body (filter response).
+
+    names_only: returned Node objects are reduced to their names (see _node_list).
+    """
+    nodes: list[dict] | None = None
+    meta: dict | None = None
+    names: list[str] | None = None
+    failed: dict[str, str] | None = None
+    unres: dict[str, str] | None = None
+    error = ""
+    for name, val in _top(body, "v1.ExtenderFilterResult", _F_FILTER):
+        if name == "Nodes":
+            nodes, meta = _node_list(val, "ExtenderFilterResult.Nodes", names_only)
+        elif name == "NodeNames":
+            names = _string_list(val, "ExtenderFilterResult.NodeNames")
+        elif name == "FailedNodes":
+            failed = _string_map(val, "ExtenderFilterResult.FailedNodes", failed)
+        elif name == "FailedAndUnresolvableNodes":
+            unres = _string_map(val, "ExtenderFilterResult.FailedAndUnresolvableNodes", unres)
+        else:
+            error = _string(val, "ExtenderFilterResult.Error", error)
+    return FilterResult(
+        nodes=nodes,
+        node_names=names,
+        failed_nodes=failed or {},
+        failed_and_unresolvable=unres or {},
+        error=error,
+        nodes_metadata=meta,
+    )
+
+
+class _HPExact(msgspec.Struct, forbid_unknown_fields=True):
+    Host: str | None = ""
+    Score: int | None = 0
+
+
+_hp_fast_decoder = msgspec.json.Decoder(list[_HPExact | None])
+
+
+def decode_host_priority_list(body: bytes) -> list[HostPriority]:
+    """Decode a HostPriorityList body (prioritize response): a bare JSON array."""
+    raw = _first_value(body)
+    k = _jkind(raw)
+    if k == "null":
+        return []
+    if k != "array":
+        raise ProtocolError(f"json: cannot unmarshal {k} into Go value of type v1.HostPriorityList")
+    try:  # fast path: exact PascalCase keys, integer scores; anything else takes the exact path
+        fast = _hp_fast_decoder.decode(raw)
+        if all(_INT64_MIN <= (h.Score or 0) <= _INT64_MAX for h in fast if h is not None):
+            return [
+                HostPriority(h.Host or "", h.Score or 0) if h is not None else HostPriority("", 0)
+                for h in fast
+            ]
+    except msgspec.DecodeError:
+        pass
+    out: list[HostPriority] = []
+    for raw_item in _raw_list_decoder.decode(raw):
+        item = _trim(raw_item)
+        ik = _jkind(item)
+        if ik == "null":
+            out.append(HostPriority("", 0))
+            continue
+        if ik != "object":
+            raise ProtocolError(f"json: cannot unmarshal {ik} into Go value of type v1.HostPriority")
+        host, score = "", 0
+        for name, val in _pairs(item):
+            f = _F_HOST.match(name)
+            if f == "Host":
+                host = _string(val, "HostPriority.Host", host)
+            elif f == "Score":
+                score = _int64(val, "HostPriority.Score", score, score=True)
+        out.append(HostPriority(host, score))
+    return out
+
+
+def decode_binding_args(body: bytes) -> BindingArgs:
+    """Decode an ExtenderBindingArgs body (bind request)."""
+    v = {"PodName": "", "PodNamespace": "", "PodUID": "", "Node": ""}
+    for name, val in _top(body, "v1.ExtenderBindingArgs", _F_BIND_ARGS):
+        v[name] = _string(val, f"ExtenderBindingArgs.{name}", v[name])
+    return BindingArgs(v["PodName"], v["PodNamespace"], v["PodUID"], v["Node"])
+
+
+def decode_binding_result(body: bytes) -> BindingResult:
+    """Decode an ExtenderBindingResult body (bind response)."""
+    error = ""
+    for _name, val in _top(body, "v1.ExtenderBindingResult", _F_BIND_RESULT):
+        error = _string(val, "ExtenderBindingResult.Error", error)
+    return BindingResult(error)
+
+
+def _victims_map(
+    raw: _Buf, where: str, current: dict | None, meta: bool
+) -> dict[str, Any] | None:
+    """map[string]*Victims / map[string]*MetaVictims (merging into ``current``)."""
+    k = _jkind(raw)
+    if k == "null":
+        return None
+    gotype = "v1.MetaVictims" if meta else "v1.Victims"
+    if k != "object":
+        raise _type_error(k, where, "map[string]*" + gotype)
+    out = current if current is not None else {}
+    for node, val in _pairs(_trim(raw)):
+        out[node] = _meta_victims(val) if meta else _victims(val)
+    return out
+
+
+def _victims(raw: _Buf) -> Victims | None:
+    pairs = _struct_pairs(raw, "v1.Victims", _F_VICTIMS)
+    if pairs is None:
+        return None
+    pods: list = []
+    n = 0
+    for name, val in pairs:
+        if name == "Pods":
+            pods = _object_list(val, "Victims.Pods", "v1.Pod") or []
+        else:
+            n = _int64(val, "Victims.NumPDBViolations", n)
+    return Victims(pods, n)
+
+
+def _meta_victims(raw: _Buf) -> MetaVictims | None:
+    pairs = _struct_pairs(raw, "v1.MetaVictims", _F_VICTIMS)
+    if pairs is None:
+        return None
+    uids: list[str] = []
+    n = 0
+    for name, val in pairs:
+        if name == "Pods":
+            k = _jkind(val)
+            if k == "null":
+                uids = []
+            elif k != "array":
+                raise _type_error(k, "MetaVictims.Pods", "[]*v1.MetaPod")
+            else:
+                uids = []
+                for item in _raw_list_decoder.decode(val):
+                    uid = ""
+                    for _f, uval in _struct_pairs(item, "v1.MetaPod", _F_METAPOD) or []:
+                        uid = _string(uval, "MetaPod.UID", uid)
+                    uids.append(uid)
+        else:
+            n = _int64(val, "MetaVictims.NumPDBViolations", n)
+    return MetaVictims(uids, n)
+
+
+def decode_preemption_args(body: bytes) -> PreemptionArgs:
+    """Decode an ExtenderPreemptionArgs body (preempt request)."""
+    pod: dict | None = None
+    victims: dict | None = None
+    metas: dict | None = None
+    for name, val in _top(body, "v1.ExtenderPreemptionArgs", _F_PREEMPT_ARGS):
+        if name == "Pod":
+            pod = _object(val, "ExtenderPreemptionArgs.Pod", "v1.Pod")
+        elif name == "NodeNameToVictims":
+            victims = _victims_map(val, "ExtenderPreemptionArgs.NodeNameToVictims", victims, False)
+        else:
+            metas = _victims_map(val, "ExtenderPreemptionArgs.NodeNameToMetaVictims", metas, True)
+    return PreemptionArgs(pod=pod or {}, node_to_victims=victims, node_to_meta_victims=metas)
+
+
+def decode_preemption_result(body: bytes) -> PreemptionResult:
+    """Decode an ExtenderPreemptionResult body. Null/absent map decodes to ``{}``."""
+    metas: dict | None = None
+    for _name, val in _top(body, "v1.ExtenderPreemptionResult", _F_PREEMPT_RESULT):
+        metas = _victims_map(val, "ExtenderPreemptionResult.NodeNameToMetaVictims", metas, True)
+    return PreemptionResult(metas or {})
+

@@ -1,0 +1,90 @@
+"""The extender v1 wire types (``k8s.io/kube-scheduler/extender/v1``) as Python dataclasses.
+
+Owns the shapes only: ExtenderArgs, ExtenderFilterResult, HostPriority, ExtenderBindingArgs/Result
+and ExtenderPreemptionArgs/Result (reference: extender-protocol.md sections 1, 2 and 5). Pod and
+Node objects stay plain dicts exactly as received.
+
+May import: the standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_EXTENDER_PRIORITY = 0
+MAX_EXTENDER_PRIORITY = 10
+
+
+@dataclass
+class ExtenderArgs:
+    """ExtenderArgs (filter/prioritize request).
+
+    ``pod`` is ``{}`` when the JSON Pod is null/absent. ``nodes`` holds NodeList items, or None
+    when ``Nodes`` is null/absent; ``nodes_metadata`` is the NodeList ``metadata`` (``{}`` when
+    Nodes is present without it), kept so encoding round-trips.
+    """
+
+    pod: dict
+    nodes: list[dict] | None
+    node_names: list[str] | None
+    nodes_metadata: dict | None = None
+
+
+@dataclass
+class FilterResult:
+    """ExtenderFilterResult. Null/absent failure maps decode to ``{}``."""
+
+    nodes: list[dict] | None
+    node_names: list[str] | None
+    failed_nodes: dict[str, str]
+    failed_and_unresolvable: dict[str, str]
+    error: str
+    nodes_metadata: dict | None = None
+
+
+@dataclass
+class HostPriority:
+    host: str
+    score: int
+
+
+@dataclass
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+@dataclass
+class BindingResult:
+    error: str
+
+
+@dataclass
+class Victims:
+    """Victims: full Pod objects (a JSON null item stays None)."""
+
+    pods: list[dict]
+    num_pdb_violations: int
+
+
+@dataclass
+class MetaVictims:
+    """MetaVictims: the victims' UIDs (a null MetaPod decodes to ``""``)."""
+
+    pods: list[str]
+    num_pdb_violations: int
+
+
+@dataclass
+class PreemptionArgs:
+    pod: dict
+    node_to_victims: dict[str, Victims | None] | None
+    node_to_meta_victims: dict[str, MetaVictims | None] | None
+
+
+@dataclass
+class PreemptionResult:
+    node_to_meta_victims: dict[str, MetaVictims | None]  # None value = JSON null for that node
+

@@ -1,0 +1,373 @@
+"""The judge: how kube-scheduler reads ONE backend's reply to one verb.
+
+Given the HTTP status and body the scheduler received (reference: extender-protocol.md §1,
+§4.3-4.6, §5), it says whether the call succeeded, the error text the scheduler would report, the
+per-node decisions and the findings (protocol breaches worth showing, even when ok). Timeouts and
+transport errors are decided by the caller; the judge only sees a status and a body.
+
+May import: the standard library and ``extproxy.protocol``. No Django, no I/O. Over 300 lines
+because the four judges share their helpers and read best side by side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from extproxy.protocol import (
+    MAX_EXTENDER_PRIORITY,
+    MIN_EXTENDER_PRIORITY,
+    MetaVictims,
+    ProtocolError,
+    decode_binding_result,
+    decode_filter_result,
+    decode_host_priority_list,
+    decode_preemption_result,
+    envelope_keys,
+)
+
+
+#: MaxNodeScore / MaxExtenderPriority (integer arithmetic, as in the scheduler).
+SCORE_FACTOR = 100 // MAX_EXTENDER_PRIORITY
+
+
+@dataclass
+class Verdict:
+    outcome: str  # "ok" or "error" (timeouts/transport errors are decided by the caller)
+    error: str  # "" when ok; otherwise the text the scheduler would report
+    decisions: list[dict]  # {"node","backend","result","reason","score","weighted_score"}
+    findings: list[dict]  # {"kind","detail"}: protocol breaches worth showing, even when ok
+    passed: list[str] | None = None  # filter: names that pass, as the scheduler would take them
+    failed: dict[str, str] | None = None  # filter: Unschedulable reasons (after precedence)
+    unresolvable: dict[str, str] | None = None  # filter: UnschedulableAndUnresolvable reasons
+    scores: dict[str, int] | None = None  # prioritize: raw Score per input host (summed)
+    victims: dict[str, MetaVictims] | None = None  # preempt: accepted map
+
+
+def _decision(
+    node: str,
+    backend: str,
+    result: str,
+    reason: str | None = None,
+    score: int | None = None,
+    weighted: int | None = None,
+) -> dict:
+    return {
+        "node": node,
+        "backend": backend,
+        "result": result,
+        "reason": reason,
+        "score": score,
+        "weighted_score": weighted,
+    }
+
+
+def _finding(kind: str, detail: str) -> dict:
+    return {"kind": kind, "detail": detail}
+
+
+def _fail(error: str, findings: list[dict]) -> Verdict:
+    return Verdict(outcome="error", error=error, decisions=[], findings=findings)
+
+
+def _full_url(url: str, verb: str) -> str:
+    return url.rstrip("/") + "/" + verb
+
+
+def _precheck(verb: str, url: str, status: int, body: bytes) -> Verdict | None:
+    """The non-200 rule (§1): the body is not even read."""
+    if status != 200:
+        return _fail(
+            f"failed {verb} with extender at URL {_full_url(url, verb)}, code {status}",
+            [_finding("non-200", f"HTTP status {status}; only 200 counts as success")],
+        )
+    return None
+
+
+def _decode_failure(exc: ProtocolError, body: bytes) -> Verdict:
+    if exc.kind == "eof":
+        kind, detail = "empty-body", "200 with an empty body fails to decode (EOF)"
+    elif exc.kind in ("float-score", "string-score"):
+        kind, detail = exc.kind, f"{exc}; the whole reply is discarded"
+    else:
+        kind, detail = "undecodable", str(exc)
+    return _fail(str(exc), [_finding(kind, detail)])
+
+
+def _error_under_200(text: str, findings: list[dict]) -> Verdict:
+    findings.append(_finding("error-under-200", f"reply carries Error: {text}"))
+    return _fail(text, findings)
+
+
+def judge_filter(
+    backend: str,
+    node_cache_capable: bool,
+    input_names: list[str],
+    status: int,
+    body: bytes,
+    url: str = "",
+    *,
+    verb: str = "filter",
+    with_decisions: bool = True,
+) -> Verdict:
+    """Read a filter reply as kube-scheduler does (§4.3, §5 items 3-5, 7, 9).
+
+    ``with_decisions=False`` skips the per-node decisions (and the dropped-without-reason
+    finding that comes from them): the combined form's hot path needs only the lists and maps.
+
+    ``url`` is the backend's urlPrefix (the extender's name in scheduler messages); the non-200
+    message uses ``<url>/<verb>`` like the scheduler does.
+    """
+    pre = _precheck(verb, url, status, body)
+    if pre is not None:
+        return pre
+    try:
+        r = decode_filter_result(body, names_only=True)  # only the names of returned Nodes matter
+    except ProtocolError as exc:
+        return _decode_failure(exc, body)
+    findings: list[dict] = []
+    if r.error:
+        return _error_under_200(r.error, findings)
+
+    input_set = set(input_names)
+    passed: list[str]
+    if node_cache_capable and r.node_names is not None:
+        outside = set(r.node_names) - input_set
+        for name in r.node_names if outside else ():  # the first one outside, in reply order
+            if name in outside:
+                findings.append(
+                    _finding("name-not-in-input", f"NodeNames lists {name!r}, not in the input")
+                )
+                return _fail(
+                    f'extender "{url}" claims a filtered node "{name}" which is not found in the '
+                    "input node list",
+                    findings,
+                )
+        passed = list(r.node_names)
+    elif r.nodes is not None:
+        passed = []
+        for node in r.nodes:
+            md = node.get("metadata") if isinstance(node, dict) else None
+            raw_name = md.get("name") if isinstance(md, dict) else None
+            name = raw_name if isinstance(raw_name, str) else ""
+            passed.append(name)
+            if name not in input_set:
+                findings.append(
+                    _finding(
+                        "name-not-in-input",
+                        f"Nodes returns {name!r}, not in the input; the scheduler accepts it "
+                        "unchecked and uses the returned object",
+                    )
+                )
+    else:
+        passed = []
+        if r.node_names is not None:
+            findings.append(
+                _finding(
+                    "wrong-list-for-mode",
+                    "nodeCacheCapable is false but the reply has only NodeNames: no node passes",
+                )
+            )
+        else:
+            findings.append(
+                _finding("no-list", "reply has neither NodeNames nor Nodes: no node passes")
+            )
+
+    passed_set = set(passed)
+    if len(passed_set) != len(passed):
+        seen: set[str] = set()
+        dups = [n for n in passed if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
+        findings.append(_finding("duplicate-name", f"listed more than once: {', '.join(dups)}"))
+
+    unresolvable = dict(r.failed_and_unresolvable)
+    failed = {k: v for k, v in r.failed_nodes.items() if k not in unresolvable}
+
+    for name in sorted(set(unresolvable) | set(r.failed_nodes)):
+        if name not in input_set:
+            findings.append(
+                _finding("unknown-failed-name", f"failure maps name {name!r}, not in the input")
+            )
+        elif name in passed_set:
+            findings.append(
+                _finding("passed-and-failed", f"{name!r} passes and is also listed as failed")
+            )
+
+    decisions: list[dict] = []
+    dropped: list[str] = []
+    for name in input_names if with_decisions else ():
+        if name in passed_set:
+            decisions.append(_decision(name, backend, "passed"))
+        elif name in unresolvable:
+            decisions.append(_decision(name, backend, "unresolvable", unresolvable[name]))
+        elif name in failed:
+            decisions.append(_decision(name, backend, "failed", failed[name]))
+        else:
+            decisions.append(_decision(name, backend, "failed", None))
+            dropped.append(name)
+    if dropped:
+        findings.append(
+            _finding("dropped-without-reason", f"dropped with no reason: {', '.join(dropped)}")
+        )
+    return Verdict(
+        outcome="ok",
+        error="",
+        decisions=decisions,
+        findings=findings,
+        passed=passed,
+        failed=failed,
+        unresolvable=unresolvable,
+    )
+
+
+def judge_prioritize(
+    backend: str,
+    weight: int,
+    input_names: list[str],
+    status: int,
+    body: bytes,
+    url: str = "",
+    *,
+    verb: str = "prioritize",
+) -> Verdict:
+    """Read a prioritize reply as kube-scheduler does (§4.4, §5 item 2).
+
+    On error the scheduler drops this backend's scores (scheduling goes on): outcome "error".
+    """
+    pre = _precheck(verb, url, status, body)
+    if pre is not None:
+        return pre
+    try:
+        items = decode_host_priority_list(body)
+    except ProtocolError as exc:
+        return _decode_failure(exc, body)
+    findings: list[dict] = []
+    input_set = set(input_names)
+    scores: dict[str, int] = {}
+    for hp in items:
+        if hp.host not in input_set:
+            findings.append(
+                _finding("name-not-in-input", f"score for {hp.host!r}, not in the input: ignored")
+            )
+            continue
+        if not MIN_EXTENDER_PRIORITY <= hp.score <= MAX_EXTENDER_PRIORITY:
+            findings.append(
+                _finding(
+                    "score-out-of-range",
+                    f"{hp.host!r} scored {hp.score}, outside "
+                    f"{MIN_EXTENDER_PRIORITY}..{MAX_EXTENDER_PRIORITY}; not clamped",
+                )
+            )
+        if hp.host in scores:
+            findings.append(
+                _finding("duplicate-name", f"{hp.host!r} scored more than once: summed")
+            )
+        scores[hp.host] = scores.get(hp.host, 0) + hp.score
+    decisions: list[dict] = []
+    out: dict[str, int] = {}
+    for name in input_names:
+        if name in out:
+            continue
+        got = scores.get(name)
+        s = got if got is not None else 0
+        out[name] = s
+        decisions.append(
+            _decision(
+                name,
+                backend,
+                "scored",
+                None if got is not None else "no score returned",
+                s,
+                s * weight * SCORE_FACTOR,
+            )
+        )
+    return Verdict(outcome="ok", error="", decisions=decisions, findings=findings, scores=out)
+
+
+def judge_bind(
+    backend: str, status: int, body: bytes, url: str = "", *, verb: str = "bind"
+) -> Verdict:
+    """Read a bind reply (§4.5, §5 item 14): 200 with an empty Error counts as bound."""
+    pre = _precheck(verb, url, status, body)
+    if pre is not None:
+        return pre
+    try:
+        r = decode_binding_result(body)
+    except ProtocolError as exc:
+        return _decode_failure(exc, body)
+    if r.error:
+        return _error_under_200(r.error, [])
+    return Verdict(outcome="ok", error="", decisions=[], findings=[])
+
+
+def judge_preempt(
+    backend: str,
+    input_victims: dict[str, list[str]],
+    status: int,
+    body: bytes,
+    url: str = "",
+    *,
+    verb: str = "preempt",
+) -> Verdict:
+    """Read a preempt reply (§4.6, §5 item 6). ``input_victims``: node -> UIDs sent.
+
+    The reply map replaces the input. Every UID must be one given for that node; a node that was
+    not in the input is an error; a node with null/empty Pods is an error.
+    """
+    pre = _precheck(verb, url, status, body)
+    if pre is not None:
+        return pre
+    try:
+        r = decode_preemption_result(body)
+    except ProtocolError as exc:
+        return _decode_failure(exc, body)
+    findings: list[dict] = []
+    reply = r.node_to_meta_victims
+    if not reply:
+        folded = {k.lower() for k in envelope_keys(body)}
+        if "nodenametovictims" in folded and "nodenametometavictims" not in folded:
+            findings.append(
+                _finding(
+                    "wrong-preempt-form",
+                    "reply holds only NodeNameToVictims, which the scheduler ignores: "
+                    "decodes to an empty map (no preemption)",
+                )
+            )
+    error = ""
+    # Pass 1, like ProcessPreemption: each UID must be a pod the scheduler knows on that node.
+    for node, mv in reply.items():
+        if mv is None:
+            continue
+        given = input_victims.get(node)
+        for uid in mv.pods:
+            if given is None or uid not in given:
+                kind = "victim-not-in-input" if given is not None else "node-not-in-input"
+                findings.append(
+                    _finding(kind, f"pod UID {uid!r} on node {node!r} was not given for that node")
+                )
+                if not error:
+                    error = (
+                        f'extender "{url}" claims to preempt pod (UID: {uid}) on node: {node}, '
+                        "but the pod is not found on that node"
+                    )
+    # Pass 2, like callExtenders: every node kept needs at least one victim.
+    for node, mv in reply.items():
+        if mv is None or not mv.pods:
+            findings.append(
+                _finding(
+                    "empty-victims",
+                    f"node {node!r} kept with {'null' if mv is None else 'no'} victims",
+                )
+            )
+            if not error:
+                error = f'expected at least one victim pod on node "{node}"'
+    if error:
+        return _fail(error, findings)
+    accepted: dict[str, MetaVictims] = {n: mv for n, mv in reply.items() if mv is not None}
+    decisions: list[dict] = []
+    for node in input_victims:
+        mv = accepted.get(node)
+        if mv is not None:
+            decisions.append(_decision(node, backend, "passed", "victims: " + ", ".join(mv.pods)))
+        else:
+            decisions.append(_decision(node, backend, "failed", "dropped by backend"))
+    return Verdict(outcome="ok", error="", decisions=decisions, findings=findings, victims=accepted)
+
