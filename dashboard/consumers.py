@@ -25,6 +25,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from extproxy.recorder import LIVE_GROUP
+from extproxy.roles import Perm
 
 FLUSH_INTERVAL = 0.1
 
@@ -34,6 +35,8 @@ def buffer_bound() -> int:
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
+    required_permission = Perm.VIEW_CALLS
+
     async def connect(self):
         self.buffer: list[dict] = []
         self.overflowed = False
@@ -43,7 +46,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        if not await database_sync_to_async(user.has_perm)("extproxy.view_call"):
+        if not await database_sync_to_async(user.has_perm)(self.required_permission):
             await self.close(code=4403)
             return
         await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)

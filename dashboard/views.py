@@ -1,4 +1,4 @@
-"""Dashboard pages and the feed's JSON history (login and the view_call permission required).
+"""Dashboard pages and the feed's JSON history (login and the view_calls permission required).
 
 Views stay thin: dashboard/queries.py reads the records; templates render them autoescaped
 and page scripts set DOM text with textContent only. htmx requests for a page's fragment
@@ -6,15 +6,14 @@ and page scripts set DOM text with textContent only. htmx requests for a page's 
 """
 from __future__ import annotations
 
-from functools import wraps
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpResponseForbidden, JsonResponse
+from django.http import JsonResponse
 from django.shortcuts import render
 
 from extproxy.models import Outcome, Verb
+from extproxy.roles import Perm, requires
 
 from . import queries
 
@@ -22,17 +21,8 @@ NODE_PAGE = 100
 SCORE_PAGE = 50
 
 
-def viewer_required(view):
-    """Login (redirect to the login page), then any extproxy role (403 otherwise)."""
-
-    @login_required
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if not request.user.has_perm("extproxy.view_call"):
-            return HttpResponseForbidden("Reading calls needs the extproxy.view_call permission.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
+# Login (redirect to the login page), then the viewer permission (403 otherwise).
+viewer_required = requires(Perm.VIEW_CALLS)
 
 
 def _backends():

@@ -8,6 +8,8 @@ class ExtproxyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from .audit import connect_signals
         from .roles import ensure_roles
 
         post_migrate.connect(ensure_roles, sender=self)
+        connect_signals()

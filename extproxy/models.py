@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from .roles import PERMISSIONS
+
 
 class Verb(models.TextChoices):
     FILTER = "filter"
@@ -189,3 +191,36 @@ class ConfiguredBackend(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Access(models.Model):
+    """No table: carries the custom permissions of the roles (see roles.py)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = PERMISSIONS
+
+
+class AuditEvent(models.Model):
+    """One thing a person (or a command) did that an auditor may ask about: who, when, what,
+    from where. Written by extproxy/audit.py only; kept per its own retention."""
+
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=150, blank=True)  # the username then: users can be renamed or deleted
+    action = models.CharField(max_length=64)
+    target = models.CharField(max_length=512, blank=True)
+    source = models.CharField(max_length=255, blank=True)  # remote address, or "cli"
+    detail = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        default_permissions = ()
+        indexes = [
+            models.Index(fields=["-at", "-id"], name="audit_newest"),
+            models.Index(fields=["action", "-at"], name="audit_action"),
+            models.Index(fields=["actor", "-at"], name="audit_actor"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at} {self.actor} {self.action} {self.target}"

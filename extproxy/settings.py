@@ -66,6 +66,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "extproxy.audit.audit_actor_middleware",
 ]
 
 ROOT_URLCONF = "extproxy.urls"
@@ -153,9 +154,10 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 
 REST_FRAMEWORK = {
+    # Token first: an unauthenticated request then gets 401 with `WWW-Authenticate: Token`.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["extproxy.api.permissions.CanViewCalls"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
@@ -169,7 +171,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Recorded kube-scheduler extender calls. Token auth: POST /api/auth/token/.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SERVE_PERMISSIONS": ["extproxy.api.permissions.CanViewCalls"],
 }
 
 # The backend configuration file (KubeSchedulerConfiguration or extproxy's own); empty: the

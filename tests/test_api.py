@@ -64,7 +64,7 @@ def test_it_refuses_a_user_without_a_role():
     assert response.status_code == 403 and "permission" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("role", ["operators", "developers", "auditors"])
+@pytest.mark.parametrize("role", ["viewer", "developer", "auditor", "admin"])
 def test_it_lets_every_role_read_calls(role):
     record(make_trace())
     response = client_for(role).get("/api/calls/")

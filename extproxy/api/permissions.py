@@ -1,12 +1,36 @@
-"""Per-role permissions. Roles are groups (operators, developers, auditors; see the
-migration that creates them); every role may read calls, and later actions (replay, export)
-check their own permission."""
+"""API permission checks: one class per permission (roles.py says which role holds which).
+
+`needs(perm)` is what every API view declares in `permission_classes`; the default (settings)
+is `needs(Perm.VIEW_CALLS)`. Unauthenticated requests get 401 with `WWW-Authenticate`
+(TokenAuthentication comes first in the settings), authenticated ones without the permission
+403 naming it. Must not decide anything from group names.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
 from rest_framework.permissions import BasePermission
 
+from ..roles import Perm
 
-class CanViewCalls(BasePermission):
-    message = "Reading calls needs the extproxy.view_call permission (any extproxy role)."
+
+class _NeedsPermission(BasePermission):
+    required_permission = ""
 
     def has_permission(self, request, view) -> bool:
         user = request.user
-        return bool(user and user.is_authenticated and user.has_perm("extproxy.view_call"))
+        return bool(user and user.is_authenticated and user.has_perm(self.required_permission))
+
+
+@lru_cache(maxsize=None)
+def needs(perm: str) -> type[BasePermission]:
+    """A DRF permission class that lets through users holding `perm`."""
+    codename = perm.split(".", 1)[-1]
+    return type(
+        f"Needs_{codename}",
+        (_NeedsPermission,),
+        {"required_permission": perm, "message": f"This needs the {perm} permission."},
+    )
+
+
+CanViewCalls = needs(Perm.VIEW_CALLS)

@@ -5,6 +5,8 @@ schema (/api/schema/), so the documentation cannot drift into a second implement
 """
 from rest_framework import serializers
 
+from ..models import AuditEvent
+
 
 class CallSerializer(serializers.BaseSerializer):
     def to_representation(self, instance):
@@ -58,3 +60,9 @@ class CallDoc(BackendCallDoc):
 class CallDetailDoc(CallDoc):
     decisions = DecisionDoc(many=True)
     backend_calls = BackendCallDoc(many=True, required=False, help_text="combined calls only")
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "at", "actor", "action", "target", "source", "detail"]

@@ -1,17 +1,18 @@
 """API routes, namespaced "api"."""
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
-from .views import CallViewSet
+from .auth import token_login
+from .views import AuditEventViewSet, CallViewSet
 
 app_name = "api"
 router = DefaultRouter()
 router.register("calls", CallViewSet, basename="call")
+router.register("audit", AuditEventViewSet, basename="audit")
 
 urlpatterns = [
-    path("auth/token/", obtain_auth_token, name="token"),
+    path("auth/token/", token_login, name="token"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("", include(router.urls)),
 ]

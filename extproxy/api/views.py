@@ -1,12 +1,17 @@
-"""REST API views: read-only calls, newest first, filtered by query parameters."""
+"""REST API views: read-only calls and the audit trail, newest first, filtered by query parameters.
+
+Each view declares the one permission it needs (roles.py); calls need view_calls (the default).
+"""
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import viewsets
 from rest_framework.pagination import CursorPagination
 
-from ..models import Call
+from ..models import AuditEvent, Call
+from ..roles import Perm
 from .filters import filter_calls
-from .serializers import CallDetailDoc, CallDoc, CallSerializer
+from .permissions import needs
+from .serializers import AuditEventSerializer, CallDetailDoc, CallDoc, CallSerializer
 
 FILTER_PARAMETERS = [
     OpenApiParameter("pod", OpenApiTypes.STR, description="pod name, or namespace/name"),
@@ -34,6 +39,7 @@ class NewestFirst(CursorPagination):
 )
 class CallViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = CallSerializer
+    permission_classes = [needs(Perm.VIEW_CALLS)]
     pagination_class = NewestFirst
 
     def get_queryset(self):
@@ -48,3 +54,19 @@ class CallViewSet(viewsets.ReadOnlyModelViewSet):
         context = super().get_serializer_context()
         context["detail"] = self.action == "retrieve"
         return context
+
+
+class AuditNewestFirst(CursorPagination):
+    ordering = ("-at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit trail: logins, user and role changes, tokens, exports, replays (auditors)."""
+
+    queryset = AuditEvent.objects.all()
+    serializer_class = AuditEventSerializer
+    pagination_class = AuditNewestFirst
+    permission_classes = [needs(Perm.VIEW_AUDIT)]

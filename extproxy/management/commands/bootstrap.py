@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from extproxy.audit import Action, acting_as, audit
 from extproxy.config import ConfigError, load_config
 from extproxy.models import ConfiguredBackend
 
@@ -18,7 +19,8 @@ class Command(BaseCommand):
     help = "Ensure the admin user exists and mirror the configured backends."
 
     def handle(self, *args, **options):
-        self.ensure_admin()
+        with acting_as("bootstrap", "start-up"):
+            self.ensure_admin()
         from django.conf import settings
 
         try:
@@ -47,6 +49,8 @@ class Command(BaseCommand):
                 )
                 for i, b in enumerate(config.backends)
             )
+        audit(None, Action.CONFIG_LOADED, target=config.source, actor="bootstrap", source="start-up",
+              detail={"backends": [b.name for b in config.backends]})
         self.stdout.write(f"extproxy: {len(config.backends)} backend(s) from {config.source}")
 
     def ensure_admin(self):
