@@ -224,3 +224,39 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at} {self.actor} {self.action} {self.target}"
+
+
+class CallNode(models.Model):
+    """Index: which calls involved a node, and the verdict each gave it (API `?node=`).
+
+    One row per (call, node, verdict); a node of the request without a verdict (bind's target,
+    preempt's candidates, a call that failed before judging) has result "". Written with the
+    call by the recorder (extproxy/nodeindex.py); deleted with it.
+    """
+
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+", db_index=False)
+    node = models.CharField(max_length=253)
+    result = models.CharField(max_length=16, blank=True)
+
+    class Meta:
+        default_permissions = ()
+        indexes = [
+            models.Index(fields=["node", "result", "call"], name="callnode_node"),
+            models.Index(fields=["call"], name="callnode_call"),
+        ]
+
+
+class RecordingGap(models.Model):
+    """Calls that will never be (or no longer are) in the records, by reason, over a time range:
+    dropped by the recorder, pruned by retention. Export manifests report the gaps they overlap."""
+
+    first_at = models.DateTimeField()  # the earliest call concerned
+    last_at = models.DateTimeField()  # the latest call concerned
+    reason = models.CharField(max_length=64)
+    calls = models.BigIntegerField()
+    noted_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["first_at", "id"]
+        default_permissions = ()
+        indexes = [models.Index(fields=["last_at", "first_at"], name="gap_range")]

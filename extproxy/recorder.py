@@ -355,6 +355,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         response_status=trace.answered_status,
         decisions_blob=compress(msgspec.json.encode(decisions)),
     )
+    call._node_index = (decisions, ident["nodes"])  # for nodeindex, written with the call
     return call, children
 
 
@@ -555,6 +556,7 @@ class Recorder:
         from django.db import transaction
 
         from .models import BackendCall, Call, NodeObject
+        from .nodeindex import index_calls
 
         with transaction.atomic():
             if new_nodes:
@@ -564,6 +566,7 @@ class Recorder:
             for call in calls:
                 call.pk = None  # a retried batch is inserted afresh
             Call.objects.bulk_create(calls, batch_size=500)
+            index_calls((c.pk, *getattr(c, "_node_index", ((), ()))) for c in calls)
             children = [kid for call, kids in built for kid in kids]
             for call, kids in built:
                 for kid in kids:

@@ -1,35 +1,153 @@
-"""Query-parameter filters of /api/calls/; a bad value is a 400 that names it."""
+"""Query-parameter filters of the API (django-filter FilterSets; the OpenAPI schema is generated
+from them), and the strictness around them: an unknown parameter, a bad value or a bad page
+size is a 400 that names it.
+
+`CallFilter` is shared by /api/calls/, /api/export/, `manage.py export` and the dashboard's
+feed (through `filter_calls`), so every face filters the same way.
+"""
 from __future__ import annotations
 
-from django.db.models import QuerySet
-from django.utils.dateparse import parse_datetime
+from typing import Any
+
+import django_filters as df
+from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import CursorPagination
 
-from ..models import Outcome, Verb
+from ..models import AuditEvent, Call, CallNode, Outcome, Verb
 
-EXACT = {"namespace": "pod_namespace", "pod_uid": "pod_uid", "backend": "backend", "attempt": "attempt"}
-CHOICES = {"verb": ("verb", Verb.values), "outcome": ("outcome", Outcome.values)}
+VERDICTS = [("passed", "passed"), ("failed", "failed"), ("unresolvable", "unresolvable"), ("scored", "scored")]
+
+
+MAX_IDS = 1000
+
+
+class IdsFilter(df.BaseInFilter, df.NumberFilter):
+    """`ids=1,2,3`: whole numbers, at most MAX_IDS of them."""
+
+    def filter(self, qs: QuerySet, value: Any) -> QuerySet:
+        if value and len(value) > MAX_IDS:
+            raise ValidationError({"ids": [f"at most {MAX_IDS} ids"]})
+        if value and any(v != int(v) for v in value):
+            raise ValidationError({"ids": ["call ids are whole numbers"]})
+        return super().filter(qs, [int(v) for v in value] if value else value)
+
+
+class CallFilter(df.FilterSet):
+    pod = df.CharFilter(method="filter_pod", help_text="pod name, or namespace/name")
+    namespace = df.CharFilter(field_name="pod_namespace", help_text="pod namespace")
+    pod_uid = df.CharFilter(field_name="pod_uid")
+    verb = df.ChoiceFilter(choices=Verb.choices)
+    backend = df.CharFilter(field_name="backend", help_text="a backend name, or combined")
+    outcome = df.ChoiceFilter(choices=Outcome.choices)
+    attempt = df.CharFilter(field_name="attempt", help_text="the scheduling attempt key")
+    since = df.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte", help_text="started at or after (ISO 8601)")
+    until = df.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt", help_text="started before (ISO 8601)")
+    node = df.CharFilter(method="filter_nothing", help_text="calls whose request involved this node")
+    verdict = df.ChoiceFilter(
+        choices=VERDICTS, method="filter_nothing", help_text="with node: calls that gave the node this verdict"
+    )
+    latency_above = df.NumberFilter(method="filter_latency", help_text="calls that took longer (milliseconds)")
+    error = df.CharFilter(field_name="error", lookup_expr="icontains", help_text="error text contains")
+    ids = IdsFilter(field_name="id", help_text=f"comma-separated call ids (at most {MAX_IDS})")
+
+    class Meta:
+        model = Call
+        fields: list[str] = []
+
+    def filter_pod(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        if "/" in value:  # "namespace/name" is accepted too
+            namespace, value = value.split("/", 1)
+            queryset = queryset.filter(pod_namespace=namespace)
+        return queryset.filter(pod_name=value)
+
+    def filter_nothing(self, queryset: QuerySet, name: str, value: Any) -> QuerySet:
+        return queryset  # node and verdict are applied together in filter_queryset
+
+    def filter_latency(self, queryset: QuerySet, name: str, value: Any) -> QuerySet:
+        if value < 0:
+            raise ValidationError({"latency_above": ["must be zero or more milliseconds"]})
+        duration = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
+        from datetime import timedelta
+
+        return queryset.annotate(duration=duration).filter(duration__gt=timedelta(milliseconds=float(value)))
+
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        queryset = super().filter_queryset(queryset)
+        node, verdict = self.form.cleaned_data.get("node"), self.form.cleaned_data.get("verdict")
+        if verdict and not node:
+            raise ValidationError({"verdict": ["needs node: the verdict given to which node?"]})
+        if node:
+            index = CallNode.objects.filter(node=node)
+            if verdict:
+                index = index.filter(result=verdict)
+            queryset = queryset.filter(id__in=index.values("call_id"))
+        return queryset
+
+
+class AuditFilter(df.FilterSet):
+    action = df.CharFilter(field_name="action")
+    actor = df.CharFilter(field_name="actor")
+    target = df.CharFilter(field_name="target")
+    since = df.IsoDateTimeFilter(field_name="at", lookup_expr="gte", help_text="at or after (ISO 8601)")
+    until = df.IsoDateTimeFilter(field_name="at", lookup_expr="lt", help_text="before (ISO 8601)")
+
+    class Meta:
+        model = AuditEvent
+        fields: list[str] = []
 
 
 def filter_calls(queryset: QuerySet, params) -> QuerySet:
-    if params.get("pod"):
-        pod = params["pod"]
-        if "/" in pod:  # "namespace/name" is accepted too
-            namespace, pod = pod.split("/", 1)
-            queryset = queryset.filter(pod_namespace=namespace)
-        queryset = queryset.filter(pod_name=pod)
-    for param, column in EXACT.items():
-        if params.get(param):
-            queryset = queryset.filter(**{column: params[param]})
-    for param, (column, allowed) in CHOICES.items():
-        if params.get(param):
-            if params[param] not in allowed:
-                raise ValidationError({param: f"must be one of {', '.join(allowed)}"})
-            queryset = queryset.filter(**{column: params[param]})
-    for param, lookup in (("since", "started_at__gte"), ("until", "started_at__lt")):
-        if params.get(param):
-            when = parse_datetime(params[param])
-            if when is None:
-                raise ValidationError({param: "must be an ISO 8601 date-time, e.g. 2026-12-02T18:00:00Z"})
-            queryset = queryset.filter(**{lookup: when})
-    return queryset
+    """The API's call filters over `queryset`; a bad value raises ValidationError naming it.
+
+    Parameters this FilterSet does not know are left alone (the dashboard has its own).
+    """
+    filterset = CallFilter(params, queryset=queryset)
+    if not filterset.is_valid():
+        raise ValidationError(filterset.errors)
+    return filterset.qs
+
+
+class StrictFilterBackend(DjangoFilterBackend):
+    """django-filter, plus: a query parameter nobody reads is a 400 naming it."""
+
+    def filter_queryset(self, request, queryset, view):
+        filterset_class = self.get_filterset_class(view, queryset)
+        known = set(filterset_class.base_filters) if filterset_class else set()
+        known |= set(getattr(view, "extra_query_params", ()))
+        paginator = getattr(view, "paginator", None)
+        known |= {getattr(paginator, "cursor_query_param", None), getattr(paginator, "page_size_query_param", None)}
+        known.add("format")  # DRF's own (content negotiation)
+        unknown = sorted(set(request.query_params) - known)
+        if unknown:
+            raise ValidationError(
+                {
+                    "unknown_parameters": unknown,
+                    "detail": f"unknown query parameter(s): {', '.join(unknown)}; "
+                    f"known: {', '.join(sorted(k for k in known if k))}",
+                }
+            )
+        return super().filter_queryset(request, queryset, view)
+
+
+class StrictCursorPagination(CursorPagination):
+    """Cursor pagination whose page_size is checked, not silently fixed."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+    def get_page_size(self, request):
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        try:
+            size = int(raw)
+        except ValueError:
+            raise ValidationError({"page_size": [f"must be a whole number from 1 to {self.max_page_size}"]}) from None
+        if size < 1:
+            raise ValidationError({"page_size": [f"must be a whole number from 1 to {self.max_page_size}"]})
+        if size > self.max_page_size:
+            raise ValidationError({"page_size": [f"at most {self.max_page_size} (the maximum page size)"]})
+        return size

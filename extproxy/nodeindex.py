@@ -1,0 +1,50 @@
+"""The node index (models.CallNode): which calls involved a node, with each verdict given it.
+
+`index_calls` is called by the recorder inside the batch's transaction, after the Call rows
+have their keys. One multi-row insert per batch through the cursor: a 5000-node call costs
+one tuple per node, not one ORM object. This module must not decide verdicts: it stores the
+decisions the recorder built.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import connection
+
+CHUNK = 5000
+
+
+def rows_for(call_pk: int, decisions: Sequence[dict[str, Any]], nodes: Iterable[str]) -> list[tuple[int, str, str]]:
+    """One row per distinct (node, result); request nodes with no decision get result ""."""
+    seen: set[tuple[str, str]] = set()
+    judged: set[str] = set()
+    for d in decisions:
+        node = d.get("node")
+        if node:
+            seen.add((str(node)[:253], str(d.get("result") or "")))
+            judged.add(node)
+    for node in nodes:
+        if node and node not in judged:
+            seen.add((str(node)[:253], ""))
+    return [(call_pk, node, result) for node, result in seen]
+
+
+def index_calls(entries: Iterable[tuple[int, Sequence[dict[str, Any]], Iterable[str]]]) -> int:
+    """Insert the index rows of (call pk, decisions, request node names) entries; returns rows."""
+    from .models import CallNode
+
+    table = connection.ops.quote_name(CallNode._meta.db_table)
+    sql = f"INSERT INTO {table} (call_id, node, result) VALUES (%s, %s, %s)"
+    rows: list[tuple[int, str, str]] = []
+    total = 0
+    with connection.cursor() as cursor:
+        for call_pk, decisions, nodes in entries:
+            rows += rows_for(call_pk, decisions, nodes)
+            if len(rows) >= CHUNK:
+                cursor.executemany(sql, rows)
+                total, rows = total + len(rows), []
+        if rows:
+            cursor.executemany(sql, rows)
+            total += len(rows)
+    return total
