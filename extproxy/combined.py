@@ -94,6 +94,7 @@ class Combined:
             node_cache_capable=config.node_cache_capable,
             weight=config.weight,
             verdict=verdict,  # judged already: the recorder need not read the reply again
+            findings=exchange.findings,
         )
 
     # --- verbs ----------------------------------------------------------------------------

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AsyncGenerator
 
 import msgspec
 
-from . import metrics, protocol, semantics
+from . import metrics, offload, protocol, semantics
 from .backends import Backend, Exchange, build_backend
 from .backends.base import now
 from .config import ProxyConfig, load_config
@@ -36,6 +36,10 @@ class Answer:
     status: int
     body: bytes
     content_type: str = "application/json"
+    # A reply over EXTPROXY_MAX_REPLY_BYTES: `body` is its first part and `stream` the rest;
+    # `length` is the whole length when known (else the server sends it chunked).
+    stream: AsyncGenerator[bytes, None] | None = None
+    length: int | None = None
 
 
 def error_text(backend: str, reason: str) -> str:
@@ -61,37 +65,61 @@ class Engine:
             policies = {name: parse_policy(name, data) for name, data in config.policies.items()}
         self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
         self._combined: Combined | None = None
+        self.offload_bytes = _setting("EXTPROXY_OFFLOAD_BYTES", 1024 * 1024)
 
     async def per_backend(self, backend: Backend, verb: str, verb_string: str, body: bytes) -> Answer:
-        exchange = await backend.exchange(verb, verb_string, body)
+        exchange = await backend.exchange(verb, verb_string, body, stream=True)
         if exchange.status is None:
             answer = failure_answer(verb, backend.name, exchange)
         else:
             answer = Answer(exchange.status, exchange.body, exchange.content_type or "application/json")
-        metrics.BACKEND_DURATION.labels(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
-        self.recorder.submit(
-            Trace(
-                verb=verb,
-                backend=backend.name,
-                url=backend.config.url_prefix or f"policy:{backend.config.policy}",
-                verb_string=verb_string,
-                started_at=exchange.started_at,
-                finished_at=exchange.finished_at,
-                request_body=body,
-                status=exchange.status,
-                response_body=exchange.body,
-                answered_status=answer.status,
-                answered_body=None if exchange.status is not None else answer.body,
-                transport_error=exchange.error,
-                timed_out=exchange.timed_out,
-                node_cache_capable=backend.config.node_cache_capable,
-                weight=backend.config.weight,
-            )
+        trace = Trace(
+            verb=verb,
+            backend=backend.name,
+            url=backend.config.url_prefix or f"policy:{backend.config.policy}",
+            verb_string=verb_string,
+            started_at=exchange.started_at,
+            finished_at=exchange.finished_at,
+            request_body=body,
+            status=exchange.status,
+            response_body=exchange.body,
+            answered_status=answer.status,
+            answered_body=None if exchange.status is not None else answer.body,
+            transport_error=exchange.error,
+            timed_out=exchange.timed_out,
+            node_cache_capable=backend.config.node_cache_capable,
+            weight=backend.config.weight,
+            findings=exchange.findings,
         )
+        if exchange.rest is not None:  # recorded once the rest has been passed on
+            answer.stream, answer.length = self._pass_on(exchange, exchange.rest, trace), exchange.length
+            return answer
+        metrics.BACKEND_DURATION.labels(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
+        self.recorder.submit(trace)
         return answer
 
+    async def _pass_on(self, exchange: Exchange, rest: AsyncGenerator[bytes, None], trace: Trace) -> AsyncGenerator[bytes, None]:
+        """The rest of an over-bound reply, then its record (with the first part only)."""
+        try:
+            async for chunk in rest:
+                yield chunk
+        finally:
+            await rest.aclose()  # when the scheduler went away: the backend connection is dropped
+            trace.finished_at = exchange.finished_at
+            trace.transport_error, trace.timed_out = exchange.error, exchange.timed_out
+            metrics.BACKEND_DURATION.labels(trace.backend, trace.verb).observe(exchange.finished_at - exchange.started_at)
+            self.recorder.submit(trace)
+
     async def combined(self, verb: str, body: bytes) -> Answer:
-        """The combined form: every backend by the scheduler's rules (see combined.py)."""
+        """The combined form: every backend by the scheduler's rules (see combined.py).
+
+        A large request is worked on in the heavy lane (offload.py), off the serving loop.
+        """
+        if len(body) >= self.offload_bytes:
+            return await offload.lane.run(self._combined_here(verb, body))
+        return await self._combined_here(verb, body)
+
+    async def _combined_here(self, verb: str, body: bytes) -> Answer:
         started = now()
         runner = self._combined_runner()
         ok = True
@@ -149,6 +177,15 @@ class Engine:
             self._combined._node_cache.stop()
         for backend in self.backends.values():
             await backend.close()
+
+
+def _setting(name: str, default: int) -> int:
+    try:
+        from django.conf import settings
+
+        return int(getattr(settings, name, default))
+    except ImportError:
+        return default
 
 
 _engine: Engine | None = None

@@ -35,6 +35,12 @@ REJECTED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+REPLIES_TRUNCATED = Counter(
+    "extproxy_replies_truncated_total",
+    "Backend replies larger than EXTPROXY_MAX_REPLY_BYTES (streamed through, or failed in the combined form).",
+    ["backend"],
+    registry=REGISTRY,
+)
 RECORDER_QUEUE_DEPTH = Gauge(
     "extproxy_recorder_queue_depth", "Calls waiting to be written.", registry=REGISTRY
 )

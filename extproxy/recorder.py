@@ -64,6 +64,13 @@ class Trace:
     verb_string: str = ""  # the verb as configured (may differ from `verb`, e.g. predicates/gpu)
     verdict: Any = None  # semantics.Verdict when the hot path already judged the reply (combined)
     backend_calls: list["Trace"] = field(default_factory=list)
+    # Findings the hot path already knows ({"kind", "detail"}), e.g. reply-truncated: then
+    # response_body is only the reply's first EXTPROXY_MAX_REPLY_BYTES and cannot be judged.
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        return any(f.get("kind") == "reply-truncated" for f in self.findings)
 
     def size(self) -> int:
         return len(self.request_body) + len(self.response_body)
@@ -268,7 +275,7 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
             ident["nodes"] = list(victims)
     except protocol.ProtocolError as exc:
         ident["request_error"] = str(exc)
-    if trace.status is None:
+    if trace.status is None or trace.truncated:
         return ident, None
     if trace.verdict is not None:
         return ident, trace.verdict
@@ -309,6 +316,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
 
     ident, verdict = judge(trace)
     outcome, error, findings, decisions = _outcome(trace, verdict)
+    findings += trace.findings
     if "request_error" in ident:
         findings.append({"kind": "bad-request", "detail": ident["request_error"]})
     counts = {r: sum(1 for d in decisions if d["result"] == r) for r in ("passed", "failed", "unresolvable")}
@@ -316,6 +324,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
     for child in trace.backend_calls:
         _, child_verdict = judge(child)
         c_outcome, c_error, c_findings, c_decisions = _outcome(child, child_verdict)
+        c_findings += child.findings
         decisions = decisions + c_decisions
         children.append(
             BackendCall(
@@ -363,6 +372,8 @@ def _outcome(trace: Trace, verdict: semantics.Verdict | None) -> tuple[str, str,
     if trace.timed_out:
         return "timeout", trace.transport_error, [], []
     if verdict is None:
+        if trace.truncated and not trace.transport_error:
+            return "error", "reply too large to judge: only its first part is kept (see findings)", [], []
         return "error", trace.transport_error or "no answer", [], []
     findings = list(verdict.findings)
     error = verdict.error

@@ -181,6 +181,15 @@ EXTPROXY_CONFIG = os.environ.get("EXTPROXY_CONFIG", "")
 # Largest extender request body accepted (413 above it). Full-object mode posts every Node.
 EXTPROXY_MAX_BODY_BYTES = envint("EXTPROXY_MAX_BODY_BYTES", 64 * 1024 * 1024)
 
+# --- hot path (issue 8b) ---
+# Most of one backend reply kept in memory for recording and combining. Per-backend form: a
+# larger reply is streamed through to the scheduler and only its first part is recorded (finding
+# reply-truncated); combined form: a larger reply is that backend's failed call.
+EXTPROXY_MAX_REPLY_BYTES = envint("EXTPROXY_MAX_REPLY_BYTES", 64 * 1024 * 1024)
+# Combined calls with a request at least this large are decoded and combined on a worker thread,
+# so that the event loop keeps serving other calls (and their timeouts) meanwhile.
+EXTPROXY_OFFLOAD_BYTES = envint("EXTPROXY_OFFLOAD_BYTES", 1024 * 1024)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 import msgspec
 
 from . import metrics
+from .backends.base import StreamBroken
 from .engine import VERBS, Answer, get_engine
 from .recorder import channel_layer_publisher
 
@@ -49,17 +50,25 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 
 
 async def respond(send: Send, answer: Answer) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": answer.status,
-            "headers": [
-                (b"content-type", answer.content_type.encode("latin-1")),
-                (b"content-length", str(len(answer.body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": answer.body})
+    headers = [(b"content-type", answer.content_type.encode("latin-1"))]
+    if answer.stream is None:
+        headers.append((b"content-length", str(len(answer.body)).encode()))
+    elif answer.length is not None:
+        headers.append((b"content-length", str(answer.length).encode()))
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    if answer.stream is None:
+        await send({"type": "http.response.body", "body": answer.body})
+        return
+    # Over the reply bound: pass the rest on as it arrives (the server applies flow control).
+    try:
+        await send({"type": "http.response.body", "body": answer.body, "more_body": True})
+        async for chunk in answer.stream:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    except StreamBroken:
+        pass  # the head is sent: returning unfinished makes the server drop the connection
+    finally:
+        await answer.stream.aclose()
 
 
 def refusal(status: int, reason: str, kind: str) -> Answer:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import abc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, AsyncGenerator
 
 from ..config import BackendConfig
 
@@ -26,6 +27,13 @@ class Exchange:
     # permanent: retrying the same request cannot help (refused by the backend's rules, bad
     # input); transient: the backend may answer next time (timeout, connection reset).
     permanent: bool = False
+    # Facts the hot path already knows about the call ({"kind", "detail"}), e.g. reply-truncated.
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    # A reply larger than the reply bound, when the caller asked for streaming: `body` is its
+    # first part and `rest` yields the remainder; `length` is the reply's Content-Length when
+    # known. Reading `rest` to its end (or closing it) fills in finished_at, error, findings.
+    rest: AsyncGenerator[bytes, None] | None = None
+    length: int | None = None
 
 
 class Backend(abc.ABC):
@@ -43,8 +51,12 @@ class Backend(abc.ABC):
         return self.config.url_for(verb_string) if self.config.url_prefix else f"policy:{self.config.policy}/{verb_string}"
 
     @abc.abstractmethod
-    async def exchange(self, verb: str, verb_string: str, body: bytes) -> Exchange:
-        """Send one call; always return, never raise."""
+    async def exchange(self, verb: str, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
+        """Send one call; always return, never raise.
+
+        stream: the caller can pass a reply larger than the reply bound on as a stream
+        (the per-backend form); otherwise such a reply is a failed call.
+        """
 
     async def close(self) -> None:
         return None
@@ -52,3 +64,16 @@ class Backend(abc.ABC):
 
 def now() -> float:
     return time.time()
+
+
+class StreamBroken(ConnectionError):
+    """The backend failed while the rest of a streamed reply was passed on (the head was sent)."""
+
+
+def truncated_finding(length: int, kept: int, incomplete: str = "") -> dict[str, Any]:
+    """The reply-truncated finding; `incomplete` says why the full length is unknown."""
+    size = f"{length} bytes" if not incomplete else f"at least {length} bytes ({incomplete})"
+    return {
+        "kind": "reply-truncated",
+        "detail": f"reply of {size}; the first {kept} bytes are kept (EXTPROXY_MAX_REPLY_BYTES)",
+    }

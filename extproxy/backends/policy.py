@@ -30,7 +30,7 @@ class PolicyBackend(Backend):
         self.policy = policy
         self.pods = PodMemory()  # between filter and bind, for the ledger
 
-    async def exchange(self, verb: str, verb_string: str, body: bytes) -> Exchange:
+    async def exchange(self, verb: str, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
         started = now()
         try:
             if verb == "filter":
