@@ -20,6 +20,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from dashboard.auth import TokenAuthMiddleware  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
+from . import offload  # noqa: E402
 from .config import ConfigError  # noqa: E402
 from .engine import get_engine  # noqa: E402
 from .views import PREFIX, extender_app  # noqa: E402
@@ -40,6 +41,7 @@ async def lifespan_app(scope, receive, send):
         elif message["type"] == "lifespan.shutdown":
             engine = get_engine()
             await engine.close()
+            offload.lane.stop()
             engine.recorder.stop()  # writes what is queued before the process ends
             await send({"type": "lifespan.shutdown.complete"})
             return
