@@ -43,7 +43,11 @@ class HeavyLane:
                 def run() -> None:
                     asyncio.set_event_loop(loop)
                     loop.call_soon(ready.set)
-                    loop.run_forever()
+                    try:
+                        loop.run_forever()
+                    finally:
+                        loop.run_until_complete(loop.shutdown_asyncgens())
+                        loop.close()
 
                 threading.Thread(target=run, name=self._name, daemon=True).start()
                 ready.wait()
