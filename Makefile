@@ -34,6 +34,7 @@ test: setup browser
 bench: migrate browser
 	$(PY) bench/run.py
 	$(PY) bench/feed.py
+	$(PY) bench/export_bench.py
 
 clean:
 	rm -rf $(VENV) var

@@ -260,3 +260,21 @@ class RecordingGap(models.Model):
         ordering = ["first_at", "id"]
         default_permissions = ()
         indexes = [models.Index(fields=["last_at", "first_at"], name="gap_range")]
+
+
+class Export(models.Model):
+    """One export: who asked for what, and (once the last record was sent) its signed manifest.
+    An export whose manifest is null never finished (the client went away, or it failed)."""
+
+    export_id = models.CharField(max_length=36, unique=True)
+    kind = models.CharField(max_length=16)  # "calls" or "audit"
+    format = models.CharField(max_length=16)
+    user = models.CharField(max_length=150, blank=True)
+    filters = models.JSONField(default=dict)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True)
+    manifest = models.JSONField(null=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        default_permissions = ()

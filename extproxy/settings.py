@@ -197,3 +197,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("EXTPROXY_LOG_LEVEL", "INFO")},
 }
+
+# --- exports (issue 12) ---
+# HMAC key signing export manifests. Unset: a random key generated once into DATA_DIR
+# (export-hmac.key). Several replicas must share one key: set it (from a Secret).
+EXTPROXY_EXPORT_KEY = os.environ.get("EXTPROXY_EXPORT_KEY", "")

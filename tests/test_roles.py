@@ -37,6 +37,9 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "api/calls/<pk>/": ("/api/calls/{call}/", EVERYONE),
     "api/audit/": ("/api/audit/", AUDITORS),
     "api/audit/<pk>/": ("/api/audit/{audit}/", AUDITORS),
+    "api/export/": ("/api/export/?format=csv", AUDITORS),
+    "api/export/<str:export_id>/manifest/": ("/api/export/{export}/manifest/", AUDITORS),
+    "api/audit/export/": ("/api/audit/export/", AUDITORS),
     "": ("/", EVERYONE),
     "feed/calls/": ("/feed/calls/", EVERYONE),
     "pods/<str:namespace>/<path:name>/": ("/pods/ml/trainer/", EVERYONE),
@@ -146,9 +149,12 @@ def records():
 
     stored = Recorder(RecordingConfig(), RedactionConfig()).write_batch([make_trace()])
     audit(None, "test", target="something", actor="tester", source="test")
-    from extproxy.models import AuditEvent
+    from django.utils import timezone
 
-    return {"call": stored[0]["id"], "audit": AuditEvent.objects.get(action="test").pk}
+    from extproxy.models import AuditEvent, Export
+
+    Export.objects.create(export_id="e-1", kind="calls", format="csv", started_at=timezone.now(), manifest={"records": 0})
+    return {"call": stored[0]["id"], "audit": AuditEvent.objects.get(action="test").pk, "export": "e-1"}
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))

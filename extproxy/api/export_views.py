@@ -1,0 +1,127 @@
+"""Export endpoints: `GET /api/export/?format=ndjson|csv` (decision logs, the calls filters),
+`GET /api/audit/export/?format=...` (the audit trail, its filters), and
+`GET /api/export/<export_id>/manifest/` (the signed manifest, once the file was sent).
+
+Views stay thin: extproxy/export.py builds the records, the chain and the manifest. Under ASGI
+the body is an async iterator (served from the event loop chunk by chunk); elsewhere a plain
+generator. The export is in the audit trail before its first byte goes out.
+"""
+from __future__ import annotations
+
+from django.core.handlers.asgi import ASGIRequest
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+
+from .. import export
+from ..audit import Action, audit, source_of
+from ..models import AuditEvent, Call, Export
+from ..roles import Perm
+from .filters import AuditFilter, CallFilter, StrictFilterBackend
+from .permissions import needs
+
+CONTENT_TYPES = {"ndjson": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
+ACCEPT = {"application/x-ndjson": "ndjson", "application/jsonl": "ndjson", "text/csv": "csv"}
+FORMAT_PARAMETER = OpenApiParameter(
+    "format", OpenApiTypes.STR, enum=list(CONTENT_TYPES), description="ndjson (default) or csv; or send Accept"
+)
+
+
+class FormatFromQuery(DefaultContentNegotiation):
+    """Errors are JSON; the export's own format comes from ?format= or Accept (read by the view),
+    so an unknown format is a 400 naming it rather than DRF's 404."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+def chosen_format(request) -> str:
+    fmt = request.query_params.get("format")
+    if fmt is None:
+        accept = request.META.get("HTTP_ACCEPT", "")
+        fmt = next((f for media, f in ACCEPT.items() if media in accept), "ndjson")
+    if fmt not in CONTENT_TYPES:
+        raise ValidationError({"format": [f"must be one of {', '.join(CONTENT_TYPES)}"]})
+    return fmt
+
+
+class _ExportView(generics.GenericAPIView):
+    kind = ""
+    filter_backends = [StrictFilterBackend]
+    extra_query_params = ("format",)
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = FormatFromQuery
+    pagination_class = None
+
+    def get(self, request, *args, **kwargs):
+        fmt = chosen_format(request)
+        queryset = self.filter_queryset(self.get_queryset())
+        filterset = self.filterset_class(request.query_params, queryset=queryset)
+        filterset.is_valid()
+        since = filterset.form.cleaned_data.get("since")
+        until = filterset.form.cleaned_data.get("until") or timezone.now()
+        queryset = queryset.filter(**{f"{self.time_field}__lt": until})  # a fixed end: what "now" was
+        run = export.ExportRun(
+            kind=self.kind, fmt=fmt, filters=dict(request.query_params.items()), since=since, until=until,
+            user=request.user.get_username(), source=source_of(request),
+        )
+        audit(request, Action.EXPORT if self.kind == "calls" else Action.AUDIT_EXPORT,
+              target=f"{self.kind} as {fmt}", detail={"export_id": run.export_id, "filters": run.filters})
+        records = (export.call_records if self.kind == "calls" else export.audit_records)(queryset, run.tally)
+        chunks = export.stream(run, records)
+        body = export.as_async(chunks) if isinstance(request._request, ASGIRequest) else chunks
+        response = StreamingHttpResponse(body, content_type=CONTENT_TYPES[fmt])
+        stamp = run.started_at.strftime("%Y%m%dT%H%M%SZ")
+        response["Content-Disposition"] = f'attachment; filename="extproxy-{self.kind}-{stamp}.{fmt}"'
+        response["X-Export-Id"] = run.export_id
+        response["Link"] = f'</api/export/{run.export_id}/manifest/>; rel="describedby"'
+        return response
+
+
+@extend_schema(parameters=[FORMAT_PARAMETER], responses={(200, "text/csv"): OpenApiTypes.STR,
+                                                         (200, "application/x-ndjson"): OpenApiTypes.STR})
+class CallExportView(_ExportView):
+    """Decision logs: one record per decision, one per call without decisions; hash-chained."""
+
+    kind = "calls"
+    time_field = "started_at"
+    queryset = Call.objects.all()
+    filterset_class = CallFilter
+    permission_classes = [needs(Perm.EXPORT_CALLS)]
+
+
+@extend_schema(parameters=[FORMAT_PARAMETER], responses={(200, "text/csv"): OpenApiTypes.STR,
+                                                         (200, "application/x-ndjson"): OpenApiTypes.STR})
+class AuditExportView(_ExportView):
+    """The audit trail, exported with the same chain and manifest."""
+
+    kind = "audit"
+    time_field = "at"
+    queryset = AuditEvent.objects.all()
+    filterset_class = AuditFilter
+    permission_classes = [needs(Perm.VIEW_AUDIT)]
+
+
+class ManifestView(generics.GenericAPIView):
+    """The signed manifest of a finished export (409 while it runs or if it never finished)."""
+
+    permission_classes = [needs(Perm.EXPORT_CALLS)]
+    renderer_classes = [JSONRenderer]
+    pagination_class = None
+
+    @extend_schema(responses={200: OpenApiResponse(description="the signed manifest (JSON)"), 409: None})
+    def get(self, request, export_id: str):
+        row = Export.objects.filter(export_id=export_id).first()
+        if row is None:
+            raise NotFound("no export with this id")
+        if row.kind == "audit" and not request.user.has_perm(Perm.VIEW_AUDIT):
+            raise NotFound("no export with this id")
+        if row.manifest is None:
+            return Response({"detail": "this export has not finished (or was interrupted): no manifest"}, status=409)
+        return Response(row.manifest)

@@ -1,0 +1,279 @@
+"""Exports with proof: decision logs (and the audit trail) as CSV or JSON Lines, each record
+chained to the previous one by a hash, and a signed manifest that says what the file must be.
+
+Records stream in constant memory: calls are read in chunks (`.iterator()`), each record is
+encoded and hashed as it goes, and the caller receives chunks of bytes. The chain:
+
+    h0   = sha256("extproxy-export/1" \n export_id \n format \n columns)
+    h(i) = sha256(h(i-1) hex \n body(i))
+
+where body(i) is the record's bytes as written, without its hash: in JSON Lines the object
+without its last key `"hash"`; in CSV the row without its last column `hash`. So the hash is
+checked on the exact bytes in the file, never on a re-encoding. The manifest (filters, counts,
+first and last hash, time range, who and when, the recorder's gaps in the range, the file's
+SHA-256) is signed with HMAC-SHA256 under the export key (settings.EXTPROXY_EXPORT_KEY, or a key
+generated once into the data directory).
+
+`verify` checks a file against a manifest and names the first bad line and what is wrong.
+This module reads records and writes only Export rows (the manifests); it never alters calls.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from . import exportproof as proof
+
+CHUNK_BYTES = 64 * 1024  # bytes handed to the server at a time
+CALLS_PER_READ = 1000  # calls read (and bind nodes looked up) per database round trip
+
+CALL_COLUMNS = [
+    "seq", "kind", "call", "time", "verb", "call_backend", "backend", "namespace", "pod", "pod_uid", "node",
+    "result", "reason", "score", "weighted_score", "latency_ms", "outcome", "http_status", "error", "attempt",
+]
+AUDIT_COLUMNS = ["seq", "event", "time", "actor", "action", "target", "source", "detail"]
+# Text an outsider controls (reasons, errors, audit details): a spreadsheet must not run it as a
+# formula, so CSV cells starting with one of these get a leading apostrophe (JSON Lines keep it as is).
+FORMULA_START = "=+-@\t\r"
+TEXT_COLUMNS = {"reason", "error", "target", "detail", "node", "pod", "namespace", "actor", "attempt"}
+CALL_FIELDS = ("id", "started_at", "finished_at", "verb", "backend", "pod_namespace", "pod_name", "pod_uid",
+               "outcome", "http_status", "error", "attempt", "decisions_blob")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+# --- records ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    calls: int = 0
+    decision_records: int = 0
+    call_records: int = 0
+    first_time: datetime | None = None
+    last_time: datetime | None = None
+
+    def saw(self, when: datetime) -> None:
+        self.first_time = self.first_time or when
+        self.last_time = when
+
+
+def call_records(calls: QuerySet, tally: Tally) -> Iterator[list[Any]]:
+    """One record per decision, and one call-level record for a call without decisions (errors,
+    timeouts, bind, preempt); oldest call first. Values in CALL_COLUMNS order, seq left 0."""
+    from .models import CallNode
+
+    rows = calls.order_by("started_at", "id").values_list(*CALL_FIELDS)
+    pending: list[tuple] = []
+    for row in rows.iterator(chunk_size=CALLS_PER_READ):
+        pending.append(row)
+        if len(pending) >= CALLS_PER_READ:
+            yield from _records_of(pending, CallNode, tally)
+            pending = []
+    if pending:
+        yield from _records_of(pending, CallNode, tally)
+
+
+def _records_of(rows: list[tuple], CallNode: Any, tally: Tally) -> Iterator[list[Any]]:
+    # Bind targets come from the node index: one query per chunk, no request body decoded.
+    binds = [r[0] for r in rows if r[3] == "bind"]
+    bound = dict(CallNode.objects.filter(call_id__in=binds).values_list("call_id", "node")) if binds else {}
+    for (pk, started, finished, verb, backend, namespace, name, uid, outcome, status, error, attempt, blob) in rows:
+        tally.calls += 1
+        tally.saw(started)
+        when = _iso(started)
+        latency = round((finished - started).total_seconds() * 1000, 3)
+        decisions = msgspec.json.decode(zlib.decompress(bytes(blob))) if blob else []
+        for d in decisions:
+            tally.decision_records += 1
+            yield [0, "decision", pk, when, verb, backend, d.get("backend", backend), namespace, name, uid,
+                   d.get("node"), d.get("result"), d.get("reason"), d.get("score"), d.get("weighted_score"),
+                   latency, outcome, status, error, attempt]
+        if not decisions:
+            tally.call_records += 1
+            yield [0, "call", pk, when, verb, backend, backend, namespace, name, uid, bound.get(pk), None, None,
+                   None, None, latency, outcome, status, error, attempt]
+
+
+def audit_records(events: QuerySet, tally: Tally) -> Iterator[list[Any]]:
+    rows = events.order_by("at", "id").values_list("id", "at", "actor", "action", "target", "source", "detail")
+    for pk, at, actor, action, target, source, detail in rows.iterator(chunk_size=CALLS_PER_READ):
+        tally.calls += 1
+        tally.call_records += 1
+        tally.saw(at)
+        yield [0, pk, _iso(at), actor, action, target, source, detail]
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+
+class _Rows:
+    """What csv.writer writes to: keeps the last row (the C writer quotes, we keep the bytes)."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def write(self, row: str) -> None:
+        self.last = row
+
+
+def csv_encoder(columns: list[str]) -> Callable[[list[Any]], bytes]:
+    rows = _Rows()
+    writer = csv.writer(rows, lineterminator="")
+    text = [i for i, c in enumerate(columns) if c in TEXT_COLUMNS]
+
+    def encode(values: list[Any]) -> bytes:
+        for i in text:
+            value = values[i]
+            if isinstance(value, (dict, list)):
+                values[i] = value = msgspec.json.encode(value).decode()
+            if value and value[0] in FORMULA_START:
+                values[i] = "'" + value
+        writer.writerow(values)
+        return rows.last.encode()
+
+    return encode
+
+
+def ndjson_encoder(columns: list[str]) -> Callable[[list[Any]], bytes]:
+    encoder = msgspec.json.Encoder()
+
+    def encode(values: list[Any]) -> bytes:
+        return encoder.encode(dict(zip(columns, values)))
+
+    return encode
+
+
+# --- one export ------------------------------------------------------------------------------
+
+
+@dataclass
+class ExportRun:
+    """One export in progress: what it is, who asked, the running chain and counts."""
+
+    kind: str  # "calls" or "audit"
+    fmt: str
+    filters: dict[str, str]
+    since: datetime | None
+    until: datetime
+    user: str
+    source: str
+    export_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    started_at: datetime = field(default_factory=timezone.now)
+    tally: Tally = field(default_factory=Tally)
+    records: int = 0
+    first_hash: str | None = None
+    last_hash: str | None = None
+    file_hash: Any = field(default_factory=hashlib.sha256)
+    file_bytes: int = 0
+    manifest: dict[str, Any] | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        return CALL_COLUMNS if self.kind == "calls" else AUDIT_COLUMNS
+
+    def lines(self, records: Iterable[list[Any]]) -> Iterator[bytes]:
+        """Chunks of the file: the header (CSV), then the chained records; the manifest at the end."""
+        encode = (csv_encoder if self.fmt == "csv" else ndjson_encoder)(self.columns)
+        previous = proof.chain_start(self.export_id, self.fmt, self.columns)
+        buffer: list[bytes] = []
+        size = 0
+        if self.fmt == "csv":
+            buffer.append(",".join(self.columns + ["hash"]).encode() + b"\n")
+        for values in records:
+            self.records += 1
+            values[0] = self.records
+            body = encode(values)
+            previous = proof.link(previous, body)
+            self.first_hash = self.first_hash or previous
+            line = proof.with_hash(self.fmt, body, previous) + b"\n"
+            buffer.append(line)
+            size += len(line)
+            if size >= CHUNK_BYTES:
+                yield self._emit(buffer)
+                buffer, size = [], 0
+        self.last_hash = previous if self.records else None
+        if buffer:
+            yield self._emit(buffer)
+        self.manifest = self.build_manifest()
+
+    def _emit(self, buffer: list[bytes]) -> bytes:
+        chunk = b"".join(buffer)
+        self.file_hash.update(chunk)
+        self.file_bytes += len(chunk)
+        return chunk
+
+    def build_manifest(self) -> dict[str, Any]:
+        from .gaps import gaps_overlapping
+
+        gaps = gaps_overlapping(self.since, self.until) if self.kind == "calls" else []
+        manifest = {
+            "manifest_version": proof.MANIFEST_VERSION,
+            "export_id": self.export_id,
+            "kind": self.kind,
+            "format": self.fmt,
+            "columns": self.columns,
+            "filters": self.filters,
+            "range": {"since": _iso(self.since), "until": _iso(self.until)},
+            "exported_by": self.user,
+            "exported_from": self.source,
+            "exported_at": _iso(self.started_at),
+            "finished_at": _iso(timezone.now()),
+            "records": self.records,
+            "decision_records": self.tally.decision_records,
+            "call_records": self.tally.call_records,
+            "calls" if self.kind == "calls" else "events": self.tally.calls,
+            "first_time": _iso(self.tally.first_time),
+            "last_time": _iso(self.tally.last_time),
+            "first_hash": self.first_hash,
+            "last_hash": self.last_hash,
+            "file_sha256": self.file_hash.hexdigest(),
+            "file_bytes": self.file_bytes,
+            "gaps": gaps,
+            "complete": not gaps,
+        }
+        return proof.sign(manifest)
+
+
+def stream(run: ExportRun, records: Iterable[list[Any]]) -> Generator[bytes, None, None]:
+    """The file's chunks; when the last one is out, the signed manifest is saved (models.Export)."""
+    from .models import Export
+
+    row = Export.objects.create(export_id=run.export_id, kind=run.kind, format=run.fmt, user=run.user,
+                                filters=run.filters, started_at=run.started_at)
+    yield from run.lines(records)
+    row.finished_at = timezone.now()
+    row.manifest = run.manifest
+    row.save(update_fields=["finished_at", "manifest"])
+
+
+def _next_chunk(chunks: Generator[bytes, None, None]) -> bytes | None:
+    return next(chunks, None)
+
+
+async def as_async(chunks: Generator[bytes, None, None]) -> AsyncIterator[bytes]:
+    """Serve a sync chunk generator from the event loop without reading it all first: each
+    chunk is produced in Django's sync thread (where its database cursor lives)."""
+    from asgiref.sync import sync_to_async
+
+    step = sync_to_async(_next_chunk, thread_sensitive=True)
+    try:
+        while True:
+            chunk = await step(chunks)
+            if chunk is None:
+                return
+            yield chunk
+    finally:
+        await sync_to_async(chunks.close, thread_sensitive=True)()

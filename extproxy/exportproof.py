@@ -1,0 +1,222 @@
+"""The proof around an export: the hash chain, the manifest's HMAC signature and its key, and
+verification of a file against a manifest.
+
+The chain (per record i, over the exact bytes in the file):
+
+    h(0) = sha256("extproxy-export/1" \\n export_id \\n format \\n columns joined by ",")
+    h(i) = sha256(h(i-1) as hex \\n body(i))
+
+body(i) is the record as written without its hash: in JSON Lines the object without its last
+key (`,"hash":"<64 hex>"}` becomes `}`), in CSV the row without its last column. Starting from
+the export id ties a file to its own manifest: another export's manifest cannot match it.
+The manifest is signed with HMAC-SHA256 over its canonical JSON (sorted keys, no signature).
+
+Key: settings.EXTPROXY_EXPORT_KEY (several replicas must share it), else a random key created
+once in the data directory (mode 0600). This module reads files and the key; it never touches
+the database.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+FORMATS = ("ndjson", "csv")
+HASH_LEN = 64
+NDJSON_TAIL = len(b',"hash":"') + HASH_LEN + len(b'"}')
+MANIFEST_VERSION = 1
+
+
+def chain_start(export_id: str, fmt: str, columns: list[str]) -> str:
+    seed = "\n".join(["extproxy-export/1", export_id, fmt, ",".join(columns)])
+    return hashlib.sha256(seed.encode()).hexdigest()
+
+
+def link(previous: str, body: bytes) -> str:
+    return hashlib.sha256(previous.encode() + b"\n" + body).hexdigest()
+
+
+def with_hash(fmt: str, body: bytes, digest: str) -> bytes:
+    """The line as written: the body with its hash appended (no newline)."""
+    if fmt == "ndjson":
+        return body[:-1] + b',"hash":"' + digest.encode() + b'"}'
+    return body + b"," + digest.encode()
+
+
+def split_line(fmt: str, line: bytes) -> tuple[bytes, str]:
+    """(body, hash) of a line as written; ValueError when it is not shaped like a record."""
+    if fmt == "ndjson":
+        if len(line) <= NDJSON_TAIL or not line.startswith(b"{") or line[-NDJSON_TAIL:][:9] != b',"hash":"' \
+                or not line.endswith(b'"}'):
+            raise ValueError('not a record: expected a JSON object ending in "hash"')
+        digest = line[-NDJSON_TAIL + 9 : -2].decode("ascii", "replace")
+        body = line[:-NDJSON_TAIL] + b"}"
+    else:
+        if len(line) <= HASH_LEN + 1 or line[-HASH_LEN - 1 : -HASH_LEN] != b",":
+            raise ValueError("not a record: expected a CSV row ending in its hash")
+        digest = line[-HASH_LEN:].decode("ascii", "replace")
+        body = line[: -HASH_LEN - 1]
+    if any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError("not a record: its hash is not 64 hex digits")
+    return body, digest
+
+
+# --- the manifest's signature --------------------------------------------------------------
+
+
+def signing_key() -> bytes:
+    from django.conf import settings
+
+    configured = getattr(settings, "EXTPROXY_EXPORT_KEY", "")
+    if configured:
+        return configured.encode()
+    path = Path(settings.DATA_DIR) / "export-hmac.key"
+    try:
+        return path.read_bytes().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_hex(32).encode()
+    try:  # O_EXCL: when two processes race, one key wins and both use it
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes().strip()
+    with os.fdopen(fd, "wb") as out:
+        out.write(key)
+    return key
+
+
+def canonical(manifest: dict[str, Any]) -> bytes:
+    unsigned = {k: v for k, v in manifest.items() if k != "signature"}
+    return json.dumps(unsigned, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sign(manifest: dict[str, Any], key: bytes | None = None) -> dict[str, Any]:
+    signed = dict(manifest)
+    signed["signature"] = hmac.new(key or signing_key(), canonical(manifest), hashlib.sha256).hexdigest()
+    return signed
+
+
+def signature_ok(manifest: dict[str, Any], key: bytes | None = None) -> bool:
+    expected = hmac.new(key or signing_key(), canonical(manifest), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, str(manifest.get("signature", "")))
+
+
+# --- verification --------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    ok: bool  # unaltered: every record chains and the file is exactly what the manifest says
+    message: str
+    line: int | None = None  # the first bad line (1-based, counting a CSV header)
+    complete: bool = False  # ok, and the manifest reports no gap in the records
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def records_of(stream: Iterable[bytes], fmt: str) -> Iterator[tuple[int, bytes, bool]]:
+    """(first physical line number, record bytes without newline, ended by a newline).
+
+    A CSV record may hold newlines inside quoted fields; it ends at a newline outside quotes.
+    """
+    number, pending, start, quotes = 0, b"", 0, 0
+    for raw in stream:
+        number += 1
+        if not pending:
+            start = number
+        pending += raw
+        if fmt == "csv":
+            quotes += raw.count(b'"')
+            if quotes % 2:
+                continue  # inside a quoted field: the record goes on
+        ended = pending.endswith(b"\n")
+        yield start, pending[:-1] if ended else pending, ended
+        pending, quotes = b"", 0
+    if pending:
+        yield start, pending, False
+
+
+def _seq_of(fmt: str, body: bytes) -> int | None:
+    try:
+        if fmt == "ndjson":
+            return int(json.loads(body)["seq"])
+        return int(body.split(b",", 1)[0])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def verify(stream: BinaryIO, manifest: dict[str, Any], key: bytes | None = None) -> Verdict:
+    """Check an export file against its manifest; the first problem found is the answer."""
+    if not signature_ok(manifest, key):
+        return Verdict(False, "the manifest's signature does not match: it was altered or forged "
+                              "(or signed with another key)")
+    fmt, columns = manifest.get("format"), manifest.get("columns") or []
+    if fmt not in FORMATS:
+        return Verdict(False, f"the manifest names an unknown format {fmt!r}")
+    whole = hashlib.sha256()
+    previous = chain_start(str(manifest.get("export_id")), fmt, columns)
+    seq = 0
+    lines = records_of(_Hashing(stream, whole), fmt)
+    if fmt == "csv":
+        header = next(lines, None)
+        if header is None or header[1] != ",".join(columns + ["hash"]).encode():
+            return Verdict(False, "line 1: not the header this manifest's columns make", 1)
+    for number, line, ended in lines:
+        seq += 1
+        try:
+            body, digest = split_line(fmt, line)
+        except ValueError as exc:
+            what = "cut short (the file is truncated)" if not ended else str(exc)
+            return Verdict(False, f"line {number}: {what}", number)
+        if not ended:
+            return Verdict(False, f"line {number}: no newline after the last record: the file is truncated", number)
+        if link(previous, body) != digest:
+            return Verdict(False, f"line {number}: {_why_broken(fmt, body, digest, seq, previous, manifest)}", number)
+        previous = digest
+    expected = manifest.get("records")
+    if seq != expected:
+        return Verdict(False, f"the file has {seq} records, the manifest says {expected}: "
+                              f"{'records are missing at the end (truncated)' if seq < (expected or 0) else 'records were added'}",
+                       None)
+    if seq and previous != manifest.get("last_hash"):
+        return Verdict(False, "the last record's hash is not the manifest's last_hash")
+    if whole.hexdigest() != manifest.get("file_sha256"):
+        return Verdict(False, "every record chains, but the file's SHA-256 differs from the manifest's "
+                              "(bytes outside the records were changed)")
+    gaps = manifest.get("gaps") or []
+    if gaps or not manifest.get("complete", False):
+        missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps) or "see the manifest"
+        return Verdict(True, f"unaltered: {seq} records as exported, but the range is NOT complete "
+                             f"(calls missing from the records: {missing})", None, complete=False)
+    return Verdict(True, f"complete and unaltered: {seq} records, last hash {previous[:16]}…", None, complete=True)
+
+
+def _why_broken(fmt: str, body: bytes, digest: str, expected_seq: int, previous: str, manifest: dict) -> str:
+    seq = _seq_of(fmt, body)
+    if expected_seq == 1 and digest != manifest.get("first_hash"):
+        return "the first record does not chain from this manifest's export (a manifest of another export?)"
+    if seq is not None and seq != expected_seq:
+        if seq > expected_seq:
+            return f"record {seq} where record {expected_seq} belongs: record(s) {expected_seq}..{seq - 1} removed or moved"
+        return f"record {seq} where record {expected_seq} belongs: records reordered or duplicated"
+    return f"record {expected_seq} was altered (its content does not match its hash)"
+
+
+class _Hashing:
+    """Feeds every byte read through to a running SHA-256 of the whole file."""
+
+    def __init__(self, stream: BinaryIO, digest: Any) -> None:
+        self.stream, self.digest = stream, digest
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self.stream:
+            self.digest.update(line)
+            yield line
