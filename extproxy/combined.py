@@ -15,41 +15,45 @@ full Pods, which the proxy has only when registered with full objects.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Awaitable, Callable, Mapping
 
 import msgspec
 
 from . import kube, protocol, semantics
 from .backends import Backend, Exchange
-from .backends.base import now
+from .backends.base import now, trace_of
 from .config import BackendConfig
+from .nodecache import NodeCache
 from .podmemory import PodMemory
+from .protocol import Reply, Verb
 from .recorder import Trace
 
-if TYPE_CHECKING:
-    from .engine import Engine
-    from .nodecache import NodeCache
-
-COMBINED = "combined"
+Handled = tuple[Reply, list[Trace]]  # the answer to the scheduler, and the backend calls made for it
 
 
 class Combined:
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
-        self.configs = [b.config for b in engine.backends.values()]
-        self.parallel_filter = engine.config.parallel_filter
+    def __init__(self, backends: Mapping[str, Backend], parallel_filter: bool = False) -> None:
+        self.backends = backends
+        self.configs = [b.config for b in backends.values()]
+        self.parallel_filter = parallel_filter
         self.pods = PodMemory()  # from filter/prioritize, for the bind's interest check
         self._node_cache: NodeCache | None = None
+        self._verbs: dict[Verb, Callable[[bytes], Awaitable[Handled]]] = {
+            Verb.FILTER: self.filter, Verb.PRIORITIZE: self.prioritize, Verb.BIND: self.bind, Verb.PREEMPT: self.preempt,
+        }
+
+    async def call(self, verb: Verb, body: bytes) -> Handled:
+        """The answer to the scheduler, and a Trace of every backend call made for it."""
+        return await self._verbs[verb](body)
+
+    def close(self) -> None:
+        if self._node_cache is not None:
+            self._node_cache.stop()
 
     # --- shared pieces --------------------------------------------------------------------
 
-    def backend(self, config: BackendConfig) -> Backend:
-        return self.engine.backends[config.name]
-
     def node_cache(self) -> NodeCache:
-        if self._node_cache is None:
-            from .nodecache import NodeCache
-
+        if self._node_cache is None:  # started on first need: most setups never need it
             self._node_cache = NodeCache().start()
         return self._node_cache
 
@@ -70,39 +74,24 @@ class Combined:
             return f"no Node object for {len(missing)} node(s) (e.g. {missing[0]}) in the node cache"
         return protocol.join_extender_args(args.pod_raw, items=[msgspec.json.encode(n) for n in found])
 
-    async def call(self, config: BackendConfig, verb: str, request: bytes | str) -> Exchange:
+    async def exchange(self, config: BackendConfig, verb: Verb, request: bytes | str) -> Exchange:
         if isinstance(request, str):  # the request could not be built: a failed call
             t = now()
-            return Exchange(t, t, None, error=request, permanent=True)
-        return await self.backend(config).exchange(verb, config.verb_string(verb), request)
+            return Exchange(t, t, None, error=request)
+        return await self.backends[config.name].exchange(verb, config.verb_string(verb), request)
 
     @staticmethod
-    def child(config: BackendConfig, verb: str, request: bytes | str, exchange: Exchange, verdict=None) -> Trace:
-        return Trace(
-            verb=verb,
-            backend=config.name,
-            url=config.url_prefix or f"policy:{config.policy}",
-            verb_string=config.verb_string(verb),
-            started_at=exchange.started_at,
-            finished_at=exchange.finished_at,
-            request_body=request if isinstance(request, bytes) else b"",
-            status=exchange.status,
-            response_body=exchange.body,
-            answered_status=exchange.status or 0,
-            transport_error=exchange.error,
-            timed_out=exchange.timed_out,
-            node_cache_capable=config.node_cache_capable,
-            weight=config.weight,
-            verdict=verdict,  # judged already: the recorder need not read the reply again
-            findings=exchange.findings,
-        )
+    def child(config: BackendConfig, verb: Verb, request: bytes | str, exchange: Exchange, verdict=None) -> Trace:
+        # `verdict`: judged already, so the recorder need not read the reply again.
+        body = request if isinstance(request, bytes) else b""
+        return trace_of(config, verb, body, exchange, exchange.status or 0, verdict=verdict)
 
     # --- verbs ----------------------------------------------------------------------------
 
-    async def filter(self, body: bytes) -> tuple[bytes, list[Trace]]:
+    async def filter(self, body: bytes) -> Handled:
         args = protocol.split_extender_args(body)
         self.pods.remember(args.pod)
-        backends = semantics.interested(self.configs, args.pod, "filter")
+        backends = semantics.interested(self.configs, args.pod, Verb.FILTER)
         children: list[Trace] = []
         if self.parallel_filter:
             result = await self._parallel_filter(args, body, backends, children)
@@ -112,33 +101,30 @@ class Combined:
                 if chain.done:
                     break
                 request = self.args_for(config, args, chain.remaining, body)
-                exchange = await self.call(config, "filter", request)
+                exchange = await self.exchange(config, Verb.FILTER, request)
                 verdict = chain.judge(config, exchange.status, exchange.body) if exchange.status is not None else None
                 chain.apply(config, verdict, exchange.error)
-                children.append(self.child(config, "filter", request, exchange))
+                children.append(self.child(config, Verb.FILTER, request, exchange))
                 self._learn_objects(args, config, verdict, exchange)
             result = chain.result()
         if result.error:
-            return protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error), children
+            return Reply(200, protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error)), children
         if args.items is not None:
             by_name = dict(zip(args.node_names, args.items))
             items = [by_name[n] for n in result.passed if n in by_name]
-            return protocol.join_filter_result(None, items, result.failed, result.unresolvable), children
-        return protocol.join_filter_result(result.passed, None, result.failed, result.unresolvable), children
+            return Reply(200, protocol.join_filter_result(None, items, result.failed, result.unresolvable)), children
+        return Reply(200, protocol.join_filter_result(result.passed, None, result.failed, result.unresolvable)), children
 
     async def _parallel_filter(self, args, body, backends, children) -> semantics.CombinedFilter:
         requests = [self.args_for(c, args, args.node_names, body) for c in backends]
-        exchanges = await asyncio.gather(*(self.call(c, "filter", r) for c, r in zip(backends, requests)))
+        exchanges = await asyncio.gather(*(self.exchange(c, Verb.FILTER, r) for c, r in zip(backends, requests)))
         results = []
         for config, request, exchange in zip(backends, requests, exchanges):
             verdict = None
             if exchange.status is not None:
-                verdict = semantics.judge_filter(
-                    config.name, config.node_cache_capable, args.node_names, exchange.status, exchange.body,
-                    config.url_prefix, verb=config.filter_verb,
-                )
+                verdict = semantics.judge_filter(config, args.node_names, exchange.status, exchange.body)
             results.append((config, verdict, exchange.error))
-            children.append(self.child(config, "filter", request, exchange, verdict))
+            children.append(self.child(config, Verb.FILTER, request, exchange, verdict))
             self._learn_objects(args, config, verdict, exchange)
         return semantics.parallel_filter(args.node_names, results)
 
@@ -160,51 +146,52 @@ class Combined:
                 args.items.append(item)
                 known.add(name)
 
-    async def prioritize(self, body: bytes) -> tuple[bytes, list[Trace]]:
+    async def prioritize(self, body: bytes) -> Handled:
         args = protocol.split_extender_args(body)
         self.pods.remember(args.pod)
         feasible = args.node_names
-        backends = semantics.interested(self.configs, args.pod, "prioritize")
+        backends = semantics.interested(self.configs, args.pod, Verb.PRIORITIZE)
         requests = [self.args_for(c, args, feasible, body) for c in backends]
-        exchanges = await asyncio.gather(*(self.call(c, "prioritize", r) for c, r in zip(backends, requests)))
+        exchanges = await asyncio.gather(*(self.exchange(c, Verb.PRIORITIZE, r) for c, r in zip(backends, requests)))
         results = []
         for config, exchange in zip(backends, exchanges):
             verdict = None
             if exchange.status is not None:
-                verdict = semantics.judge_prioritize(
-                    config.name, config.weight, feasible, exchange.status, exchange.body, config.url_prefix,
-                    verb=config.prioritize_verb,
-                )
+                verdict = semantics.judge_prioritize(config, feasible, exchange.status, exchange.body)
             results.append((config, verdict))
         totals = semantics.combine_prioritize(feasible, results)
         children = [
-            self.child(c, "prioritize", r, e, v) for (c, v), r, e in zip(results, requests, exchanges)
+            self.child(c, Verb.PRIORITIZE, r, e, v) for (c, v), r, e in zip(results, requests, exchanges)
         ]
-        return protocol.encode_host_priority_list(semantics.prioritize_answer(feasible, totals)), children
+        answer = protocol.encode_host_priority_list(semantics.prioritize_answer(feasible, totals))
+        return Reply(200, answer), children
 
-    async def bind(self, body: bytes) -> tuple[bytes, list[Trace]]:
+    async def bind(self, body: bytes) -> Handled:
         args = protocol.decode_binding_args(body)
         pod = self.pods.get(args.pod_uid)
         binder = self._binder(pod)
         children: list[Trace] = []
         if binder is not None:
-            exchange = await self.call(binder, "bind", body)
-            children.append(self.child(binder, "bind", body, exchange))
+            exchange = await self.exchange(binder, Verb.BIND, body)
+            children.append(self.child(binder, Verb.BIND, body, exchange))
             verdict = None
             if exchange.status is not None:
-                verdict = semantics.judge_bind(binder.name, exchange.status, exchange.body, binder.url_prefix, verb=binder.bind_verb)
+                verdict = semantics.judge_bind(binder, exchange.status, exchange.body)
             what = semantics.bind_fallthrough(binder, verdict if verdict is not None else exchange.error)
             if what == "bound":
-                return protocol.encode_binding_result(protocol.BindingResult("")), children
+                return self._bound(""), children
             if what == "error":
-                text = semantics.reply_error_text(verdict, exchange.error)
-                return protocol.encode_binding_result(protocol.BindingResult(text)), children
+                return self._bound(semantics.reply_error_text(verdict, exchange.error)), children
         # No interested binder, or an ignorable one failed: what the scheduler's DefaultBinder does.
         try:
             await asyncio.to_thread(kube.bind_pod, args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except kube.KubeError as exc:
-            return protocol.encode_binding_result(protocol.BindingResult(semantics.go_format_safe(str(exc)))), children
-        return protocol.encode_binding_result(protocol.BindingResult("")), children
+            return self._bound(semantics.go_format_safe(str(exc))), children
+        return self._bound(""), children
+
+    @staticmethod
+    def _bound(error: str) -> Reply:
+        return Reply(200, protocol.encode_binding_result(protocol.BindingResult(error)))
 
     def _binder(self, pod: dict | None) -> BackendConfig | None:
         if pod is not None:
@@ -214,8 +201,7 @@ class Combined:
         binders = [c for c in semantics.scheduler_order(self.configs) if c.bind_verb]
         return binders[0] if binders else None
 
-    async def preempt(self, body: bytes) -> tuple[bytes, list[Trace], bool]:
-        """(answer, children, ok): not ok means the preemption ends in error (answer non-200)."""
+    async def preempt(self, body: bytes) -> Handled:
         args = protocol.decode_preemption_args(body)
         pods_by_uid: dict[str, dict] = {}
         if args.node_to_meta_victims is not None:
@@ -230,18 +216,20 @@ class Combined:
                 start[node] = protocol.MetaVictims(uids, victims.num_pdb_violations)
         chain = semantics.PreemptChain(start)
         children: list[Trace] = []
-        for config in semantics.interested(self.configs, args.pod, "preempt"):
+        for config in semantics.interested(self.configs, args.pod, Verb.PREEMPT):
             if chain.done:
                 break
             request = self._preempt_args(config, args.pod, chain.remaining, pods_by_uid)
-            exchange = await self.call(config, "preempt", request)
+            exchange = await self.exchange(config, Verb.PREEMPT, request)
             verdict = chain.judge(config, exchange.status, exchange.body) if exchange.status is not None else None
             chain.apply(config, verdict, exchange.error)
-            children.append(self.child(config, "preempt", request, exchange, verdict))
+            children.append(self.child(config, Verb.PREEMPT, request, exchange, verdict))
         result = chain.result()
         if result.error:
-            return f"extproxy: preempt: backend {result.error_backend}: {result.error}".encode(), children, False
-        return protocol.encode_preemption_result(protocol.PreemptionResult(dict(result.victims))), children, True
+            text = f"extproxy: preempt: backend {result.error_backend}: {result.error}"
+            return protocol.encode_failure(Verb.PREEMPT, text), children
+        answer = protocol.PreemptionResult(dict[str, protocol.MetaVictims | None](result.victims))
+        return Reply(200, protocol.encode_preemption_result(answer)), children
 
     @staticmethod
     def _preempt_args(config, pod: dict, victims: dict[str, protocol.MetaVictims], pods_by_uid: dict[str, dict]) -> bytes | str:

@@ -2,10 +2,10 @@
 
 Per-backend form: the call goes to that one backend and its answer goes back unchanged, same
 status and bytes. When the backend gives no answer (refused, reset, timed out), extproxy
-answers what makes the scheduler do what it does for a failed call to that backend: for
-filter and bind a 200 whose `Error` says what happened (the scheduler fails the call with
-that text, and an ignorable backend is skipped, exactly as for a transport error); for
-prioritize and preempt, whose replies have no Error field, a 502/504 with the reason.
+answers what makes the scheduler do what it does for a failed call to that backend
+(``protocol.encode_failure``: for filter and bind a 200 whose `Error` says what happened, so
+the scheduler fails the call with that text and skips an ignorable backend exactly as for a
+transport error; for prioritize and preempt, whose replies have no Error field, a 502/504).
 The engine holds the backends and the recorder for the process.
 """
 from __future__ import annotations
@@ -13,50 +13,48 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncGenerator
+from typing import AsyncGenerator
 
-import msgspec
+from django.conf import settings
 
 from . import metrics, offload, protocol, semantics
 from .backends import Backend, Exchange, build_backend
-from .backends.base import now
+from .backends.base import now, trace_of
+from .combined import Combined
 from .config import ProxyConfig, load_config
+from .policies import default_policy, parse_policy
+from .protocol import Reply, Verb
 from .recorder import Recorder, Trace
 
-if TYPE_CHECKING:
-    from .combined import Combined
-
 log = logging.getLogger(__name__)
-
-VERBS = ("filter", "prioritize", "bind", "preempt")
 
 
 @dataclass(slots=True)
 class Answer:
     status: int
     body: bytes
-    content_type: str = "application/json"
+    content_type: str = protocol.JSON
     # A reply over EXTPROXY_MAX_REPLY_BYTES: `body` is its first part and `stream` the rest;
     # `length` is the whole length when known (else the server sends it chunked).
     stream: AsyncGenerator[bytes, None] | None = None
     length: int | None = None
+
+    @classmethod
+    def of(cls, reply: Reply) -> Answer:
+        return cls(reply.status, reply.body, reply.content_type)
 
 
 def error_text(backend: str, reason: str) -> str:
     return semantics.go_format_safe(f"extproxy: backend {backend}: {reason}")
 
 
-def failure_answer(verb: str, backend: str, exchange: Exchange) -> Answer:
+def failure_answer(verb: Verb, backend: str, exchange: Exchange) -> Answer:
     text = error_text(backend, exchange.error or "no answer")
-    if verb in ("filter", "bind"):
-        return Answer(200, msgspec.json.encode({"Error": text}))
-    return Answer(504 if exchange.timed_out else 502, text.encode(), "text/plain; charset=utf-8")
+    return Answer.of(protocol.encode_failure(verb, text, 504 if exchange.timed_out else 502))
 
 
 class Engine:
     def __init__(self, config: ProxyConfig, recorder: Recorder) -> None:
-        from .policies import default_policy, parse_policy
-
         self.config = config
         self.recorder = recorder
         if config.kind == "default":
@@ -64,33 +62,17 @@ class Engine:
         else:
             policies = {name: parse_policy(name, data) for name, data in config.policies.items()}
         self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
-        self._combined: Combined | None = None
-        self.offload_bytes = _setting("EXTPROXY_OFFLOAD_BYTES", 1024 * 1024)
+        self._combined = Combined(self.backends, parallel_filter=config.parallel_filter)
+        self.offload_bytes = int(getattr(settings, "EXTPROXY_OFFLOAD_BYTES", 1024 * 1024))
 
-    async def per_backend(self, backend: Backend, verb: str, verb_string: str, body: bytes) -> Answer:
+    async def per_backend(self, backend: Backend, verb: Verb, verb_string: str, body: bytes) -> Answer:
         exchange = await backend.exchange(verb, verb_string, body, stream=True)
         if exchange.status is None:
             answer = failure_answer(verb, backend.name, exchange)
         else:
-            answer = Answer(exchange.status, exchange.body, exchange.content_type or "application/json")
-        trace = Trace(
-            verb=verb,
-            backend=backend.name,
-            url=backend.config.url_prefix or f"policy:{backend.config.policy}",
-            verb_string=verb_string,
-            started_at=exchange.started_at,
-            finished_at=exchange.finished_at,
-            request_body=body,
-            status=exchange.status,
-            response_body=exchange.body,
-            answered_status=answer.status,
-            answered_body=None if exchange.status is not None else answer.body,
-            transport_error=exchange.error,
-            timed_out=exchange.timed_out,
-            node_cache_capable=backend.config.node_cache_capable,
-            weight=backend.config.weight,
-            findings=exchange.findings,
-        )
+            answer = Answer(exchange.status, exchange.body, exchange.content_type or protocol.JSON)
+        answered_body = None if exchange.status is not None else answer.body
+        trace = trace_of(backend.config, verb, body, exchange, answer.status, answered_body)
         if exchange.rest is not None:  # recorded once the rest has been passed on
             answer.stream, answer.length = self._pass_on(exchange, exchange.rest, trace), exchange.length
             return answer
@@ -110,7 +92,7 @@ class Engine:
             metrics.BACKEND_DURATION.labels(trace.backend, trace.verb).observe(exchange.finished_at - exchange.started_at)
             self.recorder.submit(trace)
 
-    async def combined(self, verb: str, body: bytes) -> Answer:
+    async def combined(self, verb: Verb, body: bytes) -> Answer:
         """The combined form: every backend by the scheduler's rules (see combined.py).
 
         A large request is worked on in the heavy lane (offload.py), off the serving loop.
@@ -119,23 +101,15 @@ class Engine:
             return await offload.lane.run(self._combined_here(verb, body))
         return await self._combined_here(verb, body)
 
-    async def _combined_here(self, verb: str, body: bytes) -> Answer:
+    async def _combined_here(self, verb: Verb, body: bytes) -> Answer:
         started = now()
-        runner = self._combined_runner()
-        ok = True
         try:
-            if verb == "preempt":
-                data, children, ok = await runner.preempt(body)
-            else:
-                data, children = await getattr(runner, verb)(body)
+            reply, children = await self._combined.call(verb, body)
         except protocol.ProtocolError as exc:
-            data, children = self._bad_request(verb, str(exc)), []
-            ok = verb in ("filter", "bind")
+            reply, children = self._failure(verb, f"bad request: {exc}"), []
         except Exception as exc:  # a bug must cost one call, never the process or its record
             log.exception("combined %s failed", verb)
-            data, children = self._failure(verb, f"internal error: {type(exc).__name__}: {exc}"), []
-            ok = verb in ("filter", "bind")
-        answer = Answer(200, data) if ok else Answer(502, data, "text/plain; charset=utf-8")
+            reply, children = self._failure(verb, f"internal error: {type(exc).__name__}: {exc}"), []
         self.recorder.submit(
             Trace(
                 verb=verb,
@@ -144,48 +118,24 @@ class Engine:
                 started_at=started,
                 finished_at=now(),
                 request_body=body,
-                status=answer.status,
-                response_body=answer.body,
-                answered_status=answer.status,
+                status=reply.status,
+                response_body=reply.body,
+                answered_status=reply.status,
                 weight=1,
                 form="combined",
                 backend_calls=children,
             )
         )
-        return answer
-
-    @classmethod
-    def _bad_request(cls, verb: str, reason: str) -> bytes:
-        return cls._failure(verb, f"bad request: {reason}")
+        return Answer.of(reply)
 
     @staticmethod
-    def _failure(verb: str, reason: str) -> bytes:
-        text = semantics.go_format_safe(f"extproxy: {reason}")
-        if verb in ("filter", "bind"):
-            return msgspec.json.encode({"Error": text})
-        return text.encode()
-
-    def _combined_runner(self) -> Combined:
-        if self._combined is None:
-            from .combined import Combined
-
-            self._combined = Combined(self)
-        return self._combined
+    def _failure(verb: Verb, reason: str) -> Reply:
+        return protocol.encode_failure(verb, semantics.go_format_safe(f"extproxy: {reason}"))
 
     async def close(self) -> None:
-        if self._combined is not None and self._combined._node_cache is not None:
-            self._combined._node_cache.stop()
+        self._combined.close()
         for backend in self.backends.values():
             await backend.close()
-
-
-def _setting(name: str, default: int) -> int:
-    try:
-        from django.conf import settings
-
-        return int(getattr(settings, name, default))
-    except ImportError:
-        return default
 
 
 _engine: Engine | None = None
@@ -199,8 +149,6 @@ def get_engine() -> Engine:
         return _engine
     with _engine_lock:
         if _engine is None:
-            from django.conf import settings
-
             config = load_config(settings.EXTPROXY_CONFIG or None)
             recorder = Recorder(config.recording, config.redaction, retention=config.retention)
             _engine = Engine(config, recorder)

@@ -11,20 +11,11 @@ from __future__ import annotations
 
 from django.db import models
 
+# The one enum of each, defined in the pure core (models' choices, API and dashboard import them here too).
+from extproxy.protocol import Verb
+from extproxy.semantics import Outcome
+
 from .roles import PERMISSIONS
-
-
-class Verb(models.TextChoices):
-    FILTER = "filter"
-    PRIORITIZE = "prioritize"
-    BIND = "bind"
-    PREEMPT = "preempt"
-
-
-class Outcome(models.TextChoices):
-    OK = "ok"
-    ERROR = "error"
-    TIMEOUT = "timeout"
 
 
 class Form(models.TextChoices):

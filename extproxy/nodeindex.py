@@ -8,29 +8,29 @@ decisions the recorder built.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from django.db import connection
+
+from .semantics import Decision
 
 CHUNK = 5000
 
 
-def rows_for(call_pk: int, decisions: Sequence[dict[str, Any]], nodes: Iterable[str]) -> list[tuple[int, str, str]]:
+def rows_for(call_pk: int, decisions: Sequence[Decision], nodes: Iterable[str]) -> list[tuple[int, str, str]]:
     """One row per distinct (node, result); request nodes with no decision get result ""."""
     seen: set[tuple[str, str]] = set()
     judged: set[str] = set()
     for d in decisions:
-        node = d.get("node")
-        if node:
-            seen.add((str(node)[:253], str(d.get("result") or "")))
-            judged.add(node)
+        if d.node:
+            seen.add((d.node[:253], d.result.value))
+            judged.add(d.node)
     for node in nodes:
         if node and node not in judged:
             seen.add((str(node)[:253], ""))
     return [(call_pk, node, result) for node, result in seen]
 
 
-def index_calls(entries: Iterable[tuple[int, Sequence[dict[str, Any]], Iterable[str]]]) -> int:
+def index_calls(entries: Iterable[tuple[int, Sequence[Decision], Iterable[str]]]) -> int:
     """Insert the index rows of (call pk, decisions, request node names) entries; returns rows."""
     from .models import CallNode
 

@@ -32,7 +32,9 @@ from typing import Any, Callable, Collection
 import msgspec
 
 from . import metrics, protocol, semantics
-from .config import RecordingConfig, RedactionConfig, RetentionConfig
+from .config import BackendConfig, RecordingConfig, RedactionConfig, RetentionConfig
+from .protocol import Verb
+from .semantics import Decision, Outcome
 from .redaction import needs_redaction, redact_object
 
 log = logging.getLogger(__name__)
@@ -96,17 +98,6 @@ class _NodeListRaw(msgspec.Struct):
     metadata: msgspec.Raw = msgspec.Raw(b"{}")
 
 
-def _pick(envelope: dict[str, Any], name: str) -> str | None:
-    """The key Go would bind to field `name`: exact match first, then case-insensitive."""
-    if name in envelope:
-        return name
-    folded = name.casefold()
-    for key in envelope:
-        if key.casefold() == folded:
-            return key
-    return None
-
-
 class NodeDeduper:
     """Collects the distinct Node objects of a batch, keyed by the SHA-256 of canonical JSON.
 
@@ -156,10 +147,10 @@ def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> byt
     except msgspec.DecodeError:
         return _RAW_MARK + body
     out: dict[str, Any] = dict(envelope)
-    pod_key = _pick(envelope, "Pod")
+    pod_key = protocol.go_key(envelope, "Pod")
     if pod_key is not None:
         out[pod_key] = redact_object(msgspec.json.decode(envelope[pod_key]), rules)
-    nodes_key = _pick(envelope, "Nodes")
+    nodes_key = protocol.go_key(envelope, "Nodes")
     if nodes_key is not None and bytes(envelope[nodes_key]).strip() != b"null":
         try:
             node_list = msgspec.json.decode(envelope[nodes_key], type=_NodeListRaw)
@@ -169,7 +160,7 @@ def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> byt
             }
         except msgspec.DecodeError:
             pass  # not a NodeList: keep the value as received
-    victims_key = _pick(envelope, "NodeNameToVictims")
+    victims_key = protocol.go_key(envelope, "NodeNameToVictims")
     if victims_key is not None:
         victims = msgspec.json.decode(envelope[victims_key])
         if isinstance(victims, dict):
@@ -260,10 +251,9 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
     victims: dict[str, list[str]] = {}
     try:
         if trace.verb in ("filter", "prioritize"):
-            summary = protocol.summarize_extender_args(trace.request_body)
-            ident.update(namespace=summary.pod_namespace, name=summary.pod_name, uid=summary.pod_uid)
-            ident["nodes"] = summary.node_names
-            ident["names_mode"] = summary.mode == "names"
+            split = protocol.split_extender_args(trace.request_body)
+            ns, name, uid = split.pod_identity
+            ident.update(namespace=ns, name=name, uid=uid, nodes=split.node_names, names_mode=split.names_mode)
         elif trace.verb == "bind":
             args = protocol.decode_binding_args(trace.request_body)
             ident.update(namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, nodes=[args.node])
@@ -279,21 +269,19 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
         return ident, None
     if trace.verdict is not None:
         return ident, trace.verdict
-    verb = trace.verb_string or trace.verb
+    # The combined entry's mode is whichever the scheduler used for this request.
+    cache_capable = ident.get("names_mode", False) if trace.form == "combined" else trace.node_cache_capable
+    backend = BackendConfig.as_recorded(
+        trace.backend, trace.url, Verb(trace.verb), trace.verb_string, node_cache_capable=cache_capable, weight=trace.weight
+    )
     if trace.verb == "filter":
-        # The combined entry's mode is whichever the scheduler used for this request.
-        cache_capable = ident.get("names_mode", False) if trace.form == "combined" else trace.node_cache_capable
-        verdict = semantics.judge_filter(
-            trace.backend, cache_capable, ident["nodes"], trace.status, trace.response_body, trace.url, verb=verb
-        )
+        verdict = semantics.judge_filter(backend, ident["nodes"], trace.status, trace.response_body)
     elif trace.verb == "prioritize":
-        verdict = semantics.judge_prioritize(
-            trace.backend, trace.weight, ident["nodes"], trace.status, trace.response_body, trace.url, verb=verb
-        )
+        verdict = semantics.judge_prioritize(backend, ident["nodes"], trace.status, trace.response_body)
     elif trace.verb == "bind":
-        verdict = semantics.judge_bind(trace.backend, trace.status, trace.response_body, trace.url, verb=verb)
+        verdict = semantics.judge_bind(backend, trace.status, trace.response_body)
     else:
-        verdict = semantics.judge_preempt(trace.backend, victims, trace.status, trace.response_body, trace.url, verb=verb)
+        verdict = semantics.judge_preempt(backend, victims, trace.status, trace.response_body)
     return ident, verdict
 
 
@@ -319,7 +307,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
     findings += trace.findings
     if "request_error" in ident:
         findings.append({"kind": "bad-request", "detail": ident["request_error"]})
-    counts = {r: sum(1 for d in decisions if d["result"] == r) for r in ("passed", "failed", "unresolvable")}
+    counts = {r: sum(1 for d in decisions if d.result == r) for r in ("passed", "failed", "unresolvable")}
     children = []
     for child in trace.backend_calls:
         _, child_verdict = judge(child)
@@ -368,13 +356,13 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
     return call, children
 
 
-def _outcome(trace: Trace, verdict: semantics.Verdict | None) -> tuple[str, str, list[dict], list[dict]]:
+def _outcome(trace: Trace, verdict: semantics.Verdict | None) -> tuple[Outcome, str, list[dict], list[Decision]]:
     if trace.timed_out:
-        return "timeout", trace.transport_error, [], []
+        return Outcome.TIMEOUT, trace.transport_error, [], []
     if verdict is None:
         if trace.truncated and not trace.transport_error:
-            return "error", "reply too large to judge: only its first part is kept (see findings)", [], []
-        return "error", trace.transport_error or "no answer", [], []
+            return Outcome.ERROR, "reply too large to judge: only its first part is kept (see findings)", [], []
+        return Outcome.ERROR, trace.transport_error or "no answer", [], []
     findings = list(verdict.findings)
     error = verdict.error
     if trace.status not in (None, 200) and trace.response_body:

@@ -16,7 +16,8 @@ import msgspec
 
 from . import metrics
 from .backends.base import StreamBroken
-from .engine import VERBS, Answer, get_engine
+from .engine import Answer, get_engine
+from .protocol import Verb
 from .recorder import channel_layer_publisher
 
 Scope = dict[str, Any]
@@ -84,11 +85,12 @@ async def extender_app(scope: Scope, receive: Receive, send: Send) -> None:
     backend_name, _, verb_string = scope["path"][len(PREFIX):].partition("/")
     verb_string = verb_string.rstrip("/")
     if not verb_string:  # /extender/<verb>: the combined form
-        if backend_name not in VERBS:
+        combined_verb = Verb.of(backend_name)
+        if combined_verb is None:
             await respond(send, refusal(404, f"no such endpoint: {scope['path']}", "path"))
             return
-        await serve(scope, receive, send, "combined", backend_name, started,
-                    lambda body: engine.combined(backend_name, body))
+        await serve(scope, receive, send, "combined", combined_verb, started,
+                    lambda body: engine.combined(combined_verb, body))
         return
     backend = engine.backends.get(backend_name)
     if backend is None:

@@ -7,6 +7,7 @@ import pytest
 import requests
 
 from extproxy import kube
+from extproxy.combined import Combined
 from tests.conftest import fixture_bytes, fixture_json, pass_all, reply, write_kubeconfig
 from tests.test_nodecache import NodeAPI
 from tests.test_policy_backend import FakeAPIServer
@@ -185,7 +186,7 @@ def test_it_takes_node_objects_from_the_node_cache_when_registered_with_names(
     try:
         b = backend_server({"filter": failing({"node-02": "busy"})})
         server = proxy(write_config({"backends": [backend("b", b, filterVerb="filter")]}))
-        server.engine._combined_runner().node_cache().wait_ready(10)
+        server.engine._combined.node_cache().wait_ready(10)
 
         result = post(server, "filter", fixture_bytes(NAMES)).json()
 
@@ -304,8 +305,6 @@ def test_it_answers_a_bad_combined_request_in_the_error_field(backend_server, pr
 def test_it_answers_and_records_even_when_the_combined_form_breaks(
     backend_server, proxy, write_config, admin_client, monkeypatch
 ):
-    from extproxy.combined import Combined
-
     async def broken(self, body):
         raise KeyError("a bug")
 

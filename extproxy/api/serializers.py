@@ -5,7 +5,7 @@ schema (/api/schema/), so the documentation cannot drift into a second implement
 """
 from rest_framework import serializers
 
-from ..models import AuditEvent
+from ..models import AuditEvent, Outcome, Verb
 
 
 class CallSerializer(serializers.BaseSerializer):
@@ -36,11 +36,11 @@ class DecisionDoc(serializers.Serializer):
 class BackendCallDoc(serializers.Serializer):
     id = serializers.IntegerField()
     backend = serializers.CharField()
-    verb = serializers.ChoiceField(["filter", "prioritize", "bind", "preempt"])
+    verb = serializers.ChoiceField(Verb.values)
     started_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField()
     duration_ms = serializers.FloatField()
-    outcome = serializers.ChoiceField(["ok", "error", "timeout"])
+    outcome = serializers.ChoiceField(Outcome.values)
     http_status = serializers.IntegerField(allow_null=True)
     error = serializers.CharField()
     findings = FindingDoc(many=True)

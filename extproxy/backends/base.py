@@ -3,7 +3,7 @@
 A backend is an HTTP extender or the built-in policy. The engine only sees `exchange`: it
 returns what the backend answered (status and bytes) or why it gave no answer (a transport
 error, a timeout). Whether the answer is acceptable is the scheduler's reading, done by
-`semantics`, not here.
+`semantics`, not here. `trace_of` turns one exchange into the Trace the recorder stores.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator
 
 from ..config import BackendConfig
+from ..protocol import Verb
+from ..recorder import Trace
 
 
 @dataclass(slots=True)
@@ -24,9 +26,6 @@ class Exchange:
     content_type: str = "application/json"
     error: str = ""
     timed_out: bool = False
-    # permanent: retrying the same request cannot help (refused by the backend's rules, bad
-    # input); transient: the backend may answer next time (timeout, connection reset).
-    permanent: bool = False
     # Facts the hot path already knows about the call ({"kind", "detail"}), e.g. reply-truncated.
     findings: list[dict[str, Any]] = field(default_factory=list)
     # A reply larger than the reply bound, when the caller asked for streaming: `body` is its
@@ -44,14 +43,11 @@ class Backend(abc.ABC):
     def name(self) -> str:
         return self.config.name
 
-    def supports(self, verb: str) -> bool:
-        return bool(getattr(self.config, f"{verb}_verb", ""))
-
     def url_for(self, verb_string: str) -> str:
-        return self.config.url_for(verb_string) if self.config.url_prefix else f"policy:{self.config.policy}/{verb_string}"
+        return self.config.url_for(verb_string)
 
     @abc.abstractmethod
-    async def exchange(self, verb: str, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
+    async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
         """Send one call; always return, never raise.
 
         stream: the caller can pass a reply larger than the reply bound on as a stream
@@ -77,3 +73,34 @@ def truncated_finding(length: int, kept: int, incomplete: str = "") -> dict[str,
         "kind": "reply-truncated",
         "detail": f"reply of {size}; the first {kept} bytes are kept (EXTPROXY_MAX_REPLY_BYTES)",
     }
+
+
+def trace_of(
+    config: BackendConfig,
+    verb: Verb,
+    request: bytes,
+    exchange: Exchange,
+    answered_status: int,
+    answered_body: bytes | None = None,
+    verdict: Any = None,
+) -> Trace:
+    """The record of one call to one backend (per-backend form, or a combined call's child)."""
+    return Trace(
+        verb=verb,
+        backend=config.name,
+        url=config.target,
+        verb_string=config.verb_string(verb),
+        started_at=exchange.started_at,
+        finished_at=exchange.finished_at,
+        request_body=request,
+        status=exchange.status,
+        response_body=exchange.body,
+        answered_status=answered_status,
+        answered_body=answered_body,
+        transport_error=exchange.error,
+        timed_out=exchange.timed_out,
+        node_cache_capable=config.node_cache_capable,
+        weight=config.weight,
+        verdict=verdict,
+        findings=exchange.findings,
+    )

@@ -133,7 +133,6 @@ class HTTPBackend(Backend):
                 return Exchange(
                     started, now(), None, first, content_type,
                     error=f"reply larger than {limit} bytes (EXTPROXY_MAX_REPLY_BYTES)",
-                    permanent=True,
                     findings=[truncated_finding(limit + len(overflow), limit, "not read further: combining needs a whole reply")],
                 )
             exchange = Exchange(started, started, resp.status, first, content_type, length=length)

@@ -11,17 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import msgspec
 
 from .. import kube, protocol
 from ..config import BackendConfig
 from ..podmemory import PodMemory
-from ..semantics import go_format_safe
 from ..policies import Policy
+from ..protocol import Verb
+from ..semantics import go_format_safe
 from .base import Backend, Exchange, now
 
 log = logging.getLogger(__name__)
-
 
 
 class PolicyBackend(Backend):
@@ -30,14 +29,14 @@ class PolicyBackend(Backend):
         self.policy = policy
         self.pods = PodMemory()  # between filter and bind, for the ledger
 
-    async def exchange(self, verb: str, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
+    async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
         started = now()
         try:
-            if verb == "filter":
+            if verb == Verb.FILTER:
                 data = self._filter(body)
-            elif verb == "prioritize":
+            elif verb == Verb.PRIORITIZE:
                 data = self._prioritize(body)
-            elif verb == "preempt":
+            elif verb == Verb.PREEMPT:
                 data = self._preempt(body)
             else:
                 data = await self._bind(body)
@@ -48,11 +47,9 @@ class PolicyBackend(Backend):
             return self._refuse(verb, started, f"policy error: {type(exc).__name__}: {exc}")
         return Exchange(started, now(), 200, data)
 
-    def _refuse(self, verb: str, started: float, reason: str) -> Exchange:
-        reason = go_format_safe(reason)
-        if verb in ("filter", "bind"):  # both replies carry the failure in their Error field
-            return Exchange(started, now(), 200, msgspec.json.encode({"Error": reason}), permanent=True)
-        return Exchange(started, now(), 400, reason.encode(), "text/plain; charset=utf-8", permanent=True)
+    def _refuse(self, verb: Verb, started: float, reason: str) -> Exchange:
+        status, body, content_type = protocol.encode_failure(verb, go_format_safe(reason), 400)
+        return Exchange(started, now(), status, body, content_type)
 
     def _filter(self, body: bytes) -> bytes:
         args = protocol.decode_extender_args(body)

@@ -8,9 +8,8 @@ returns a Python ``bool``/``int``/``float``/other value, or raises
 :class:`CelRuntimeError` for any evaluation problem (missing key, wrong
 type, ...).
 
-Speed (measured on the fixture nodes, 2 CPUs): about 1.1 ms per node for a
-simple celFilter, roughly half of it converting the Node with json_to_cel and
-half evaluating. When an expression's text never mentions ``images`` (or
+Most of the cost is converting the Node with json_to_cel (bench/README.md has the
+figures). When an expression's text never mentions ``images`` (or
 ``managedFields``), those fields are left out of the converted node/pod (a
 small saving); an expression can only reach them by naming them (except
 through whole-map operations such as ``size(node.status)``, which then see

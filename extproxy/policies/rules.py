@@ -1,5 +1,8 @@
 """The rule kinds: filter rules (pass/fail a node) and score rules (0..10).
 
+Over 400 lines because it holds every rule kind, each a short class, side by side with the
+table below: one place to read what a policy can say.
+
 Every rule is immutable after parsing. Per call, a rule is *prepared* for
 one pod (``prepare``), which does the pod-dependent work once (tolerations,
 requests, ledger snapshot, CEL conversion of the pod) and returns a cheap

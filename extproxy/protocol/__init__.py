@@ -5,7 +5,7 @@ A change to how a message is read or written goes here; what the scheduler MAKES
 goes in ``extproxy.semantics``.
 
 * ``gojson``: Go's encoding/json on msgspec (first value, key folding, type checks, errors);
-* ``types``: the wire types;
+* ``types``: the wire types, and ``Verb``, the four calls;
 * ``decode``: one exact decoder per message;
 * ``encode``: one encoder per message, byte-compatible with Go's json.Marshal;
 * ``raw``: the hot path's split of ExtenderArgs into parts kept as bytes, and the joins back.
@@ -16,6 +16,8 @@ The public names are exported here, so ``from extproxy.protocol import X`` is th
 from __future__ import annotations
 
 from .decode import (
+    ArgsParts,
+    NodeListParts,
     decode_binding_args,
     decode_binding_result,
     decode_extender_args,
@@ -23,29 +25,28 @@ from .decode import (
     decode_host_priority_list,
     decode_preemption_args,
     decode_preemption_result,
+    identity_of,
+    node_name_of,
+    read_extender_args,
 )
 from .encode import (
+    JSON,
+    TEXT,
+    Reply,
     encode_binding_args,
     encode_binding_result,
     encode_extender_args,
+    encode_failure,
     encode_filter_result,
     encode_host_priority_list,
     encode_preemption_args,
     encode_preemption_result,
 )
-from .gojson import ProtocolError, envelope_keys
-from .raw import (
-    ArgsSummary,
-    RawArgs,
-    join_extender_args,
-    join_filter_result,
-    node_name_of,
-    pod_identity,
-    split_extender_args,
-    summarize_extender_args,
-)
+from .gojson import ProtocolError, envelope_keys, go_key
+from .raw import RawArgs, join_extender_args, join_filter_result, pod_identity, split_extender_args
 from .types import (
     MAX_EXTENDER_PRIORITY,
+    Choices,
     MIN_EXTENDER_PRIORITY,
     BindingArgs,
     BindingResult,
@@ -55,14 +56,19 @@ from .types import (
     MetaVictims,
     PreemptionArgs,
     PreemptionResult,
+    Verb,
     Victims,
 )
 
 __all__ = [
+    "Choices",
     "ProtocolError",
-    "ArgsSummary",
+    "Verb",
+    "ArgsParts",
+    "NodeListParts",
+    "read_extender_args",
+    "identity_of",
     "RawArgs",
-    "summarize_extender_args",
     "split_extender_args",
     "node_name_of",
     "join_extender_args",
@@ -90,8 +96,13 @@ __all__ = [
     "encode_binding_result",
     "encode_preemption_args",
     "encode_preemption_result",
+    "encode_failure",
+    "Reply",
+    "JSON",
+    "TEXT",
     "pod_identity",
     "envelope_keys",
+    "go_key",
     "MIN_EXTENDER_PRIORITY",
     "MAX_EXTENDER_PRIORITY",
 ]

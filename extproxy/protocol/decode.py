@@ -10,6 +10,7 @@ May import: the standard library, msgspec and the other ``protocol`` modules. No
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -24,6 +25,7 @@ from .gojson import (
     _int64,
     _jkind,
     _object,
+    _any_decoder,
     _object_list,
     _pairs,
     _raw_list_decoder,
@@ -34,7 +36,6 @@ from .gojson import (
     _top,
     _trim,
     _type_error,
-    _typed,
 )
 from .types import (
     BindingArgs,
@@ -54,22 +55,13 @@ class _Meta(msgspec.Struct):
     uid: str | None = None
 
 
-class _Obj(msgspec.Struct):
+class _Identified(msgspec.Struct):
+    """A Kubernetes object seen only for its identity (the rest is skipped, not built)."""
+
     metadata: _Meta | None = None
 
 
-class _ObjList(msgspec.Struct):
-    items: list[_Obj | None] | None = None
-
-
-_pod_decoder = msgspec.json.Decoder(_Obj | None)
-_names_only_items = msgspec.json.Decoder(list[_Obj | None] | None)
-
-
-def _name_stub(obj: "_Obj | None") -> dict:
-    name = obj.metadata.name if obj is not None and obj.metadata is not None else None
-    return {"metadata": {"name": name}} if name is not None else {}
-
+_identity_decoder = msgspec.json.Decoder(_Identified | None)
 
 _F_ARGS = _Fields(["Pod", "Nodes", "NodeNames"])
 _F_NODELIST = _Fields(["metadata", "items"])  # json tags match case-insensitively too
@@ -83,63 +75,141 @@ _F_PREEMPT_ARGS = _Fields(["Pod", "NodeNameToVictims", "NodeNameToMetaVictims"])
 _F_PREEMPT_RESULT = _Fields(["NodeNameToMetaVictims"])
 
 
-def _node_list(raw: _Buf, where: str, names_only: bool = False) -> tuple[list[dict] | None, dict | None]:
-    """*v1.NodeList -> (items, metadata); (None, None) for null.
+def identity_of(raw: _Buf, where: str) -> tuple[str, str, str]:
+    """(namespace, name, uid) of one Pod or Node object's JSON; '' for absent fields or null.
 
-    names_only: each item becomes {"metadata": {"name": ...}}, decoded by msgspec without
-    building the rest of the Node (the recorder only needs names; a 1000-node reply would
-    otherwise cost most of the recorder's time). An item that is not an object still fails.
+    Those three are typed like Go's ObjectMeta (a number for a name fails); the rest of the
+    object is neither built nor type-checked.
     """
+    try:
+        obj = _identity_decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"json: cannot unmarshal {where}: {exc}") from None
+    md = obj.metadata if obj is not None else None
+    return (md.namespace or "", md.name or "", md.uid or "") if md is not None else ("", "", "")
+
+
+def node_name_of(item: _Buf) -> str:
+    """metadata.name of one Node object's JSON ('' when absent or when the item is null)."""
+    return identity_of(item, "NodeList.items")[1]
+
+
+@dataclass(slots=True)
+class NodeListParts:
+    """A *v1.NodeList with its items left as bytes (each an object or null) and their names."""
+
+    items: list[bytes]
+    names: list[str]
+    metadata: dict
+
+
+class _ExactNodeList(msgspec.Struct, forbid_unknown_fields=True):
+    """A NodeList whose keys are spelled exactly as Go's tags: read in one pass (the usual case)."""
+
+    items: list[msgspec.Raw] | None = None
+    metadata: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_exact_node_list = msgspec.json.Decoder(_ExactNodeList)
+
+
+def _node_list(raw: _Buf, where: str) -> NodeListParts | None:
+    """*v1.NodeList -> its parts; None for null. The one reader of NodeLists, in every message."""
     k = _jkind(raw)
     if k == "null":
-        return None, None
+        return None
     if k != "object":
         raise _type_error(k, where, "v1.NodeList")
-    items: list[dict] | None = None
-    meta: dict | None = None
-    for name, val in _struct_pairs(raw, "v1.NodeList", _F_NODELIST) or []:
-        if name == "items" and names_only:
-            got = _typed(_names_only_items, val, "NodeList.items")
-            items = None if got is None else [_name_stub(n) for n in got]
-        elif name == "items":
-            lst = _object_list(val, "NodeList.items", "v1.Node")
-            items = None if lst is None else [n if n is not None else {} for n in lst]
-        else:
-            m = _object(val, "NodeList.metadata", "v1.ListMeta")
-            meta = {**(meta or {}), **(m or {})}
-    return (items if items is not None else []), (meta if meta is not None else {})
+    try:  # keys exactly "items"/"metadata": one C pass (a repeated key: the last one, as in Go)
+        exact = _exact_node_list.decode(raw)
+        items = _checked_items([bytes(i) for i in exact.items or ()], "NodeList.items", "v1.Node")
+        meta = _object(_trim(exact.metadata), "NodeList.metadata", "v1.ListMeta") or {}
+    except msgspec.ValidationError:  # other spellings, or wrong types: Go's key rules, one key at a time
+        items, meta = [], {}
+        for name, val in _struct_pairs(raw, "v1.NodeList", _F_NODELIST) or []:
+            if name == "items":
+                items = _raw_items(val, "NodeList.items", "v1.Node")
+            else:
+                meta = {**meta, **(_object(val, "NodeList.metadata", "v1.ListMeta") or {})}
+    return NodeListParts(items, [node_name_of(item) for item in items], meta)
 
 
-def decode_extender_args(body: bytes) -> ExtenderArgs:
-    """Decode an ExtenderArgs body (filter/prioritize request)."""
-    pod: dict | None = None
-    nodes: list[dict] | None = None
-    meta: dict | None = None
+def _raw_items(raw: _Buf, where: str, gotype: str) -> list[bytes]:
+    """A []T of objects as each item's bytes (null list: [])."""
+    k = _jkind(raw)
+    if k == "null":
+        return []
+    if k != "array":
+        raise _type_error(k, where, "[]" + gotype)
+    return _checked_items([bytes(item) for item in _raw_list_decoder.decode(raw)], where, gotype)
+
+
+def _checked_items(items: list[bytes], where: str, gotype: str) -> list[bytes]:
+    """``items``, each checked to be an object or null, as Go's decoder requires of a []T."""
+    for item in items:
+        if item[0] not in (0x7B, 0x6E):  # '{' or 'n'
+            raise _type_error(_jkind(item), where, gotype)
+    return items
+
+
+@dataclass(slots=True)
+class ArgsParts:
+    """An ExtenderArgs body read once with Go's key and type rules, Node items left as bytes.
+
+    ``pod_raw`` is ``b"null"`` when Pod is absent; ``nodes`` is None when Nodes is null or absent;
+    ``node_names`` is None when NodeNames is null or absent.
+    """
+
+    pod_raw: bytes
+    pod_identity: tuple[str, str, str]  # (namespace, name, uid)
+    nodes: NodeListParts | None
+    node_names: list[str] | None
+
+
+def read_extender_args(body: bytes) -> ArgsParts:
+    """The one reader of ExtenderArgs: every occurrence of a key is checked, the last one wins."""
+    pod_raw: bytes = b"null"
+    nodes: NodeListParts | None = None
     names: list[str] | None = None
     for name, val in _top(body, "v1.ExtenderArgs", _F_ARGS):
         if name == "Pod":
-            pod = _object(val, "ExtenderArgs.Pod", "v1.Pod")
+            k = _jkind(val)
+            if k not in ("object", "null"):
+                raise _type_error(k, "ExtenderArgs.Pod", "v1.Pod")
+            pod_raw = bytes(_trim(val))
         elif name == "Nodes":
-            nodes, meta = _node_list(val, "ExtenderArgs.Nodes")
+            nodes = _node_list(val, "ExtenderArgs.Nodes")
         else:
             names = _string_list(val, "ExtenderArgs.NodeNames")
-    return ExtenderArgs(pod=pod or {}, nodes=nodes, node_names=names, nodes_metadata=meta)
+    return ArgsParts(pod_raw, identity_of(pod_raw, "ExtenderArgs.Pod"), nodes, names)
+
+
+def decode_extender_args(body: bytes) -> ExtenderArgs:
+    """Decode an ExtenderArgs body (filter/prioritize request), Node objects built as dicts."""
+    parts = read_extender_args(body)
+    nodes = meta = None
+    if parts.nodes is not None:
+        nodes = [_any_decoder.decode(item) or {} for item in parts.nodes.items]
+        meta = parts.nodes.metadata
+    pod = _any_decoder.decode(parts.pod_raw) or {}
+    return ExtenderArgs(pod=pod, nodes=nodes, node_names=parts.node_names, nodes_metadata=meta)
 
 
 def decode_filter_result(body: bytes, names_only: bool = False) -> FilterResult:
     """Decode an ExtenderFilterResult body (filter response).
 
-    names_only: returned Node objects are reduced to their names (see _node_list).
+    names_only: returned Node objects are not built: ``nodes`` holds ``{"metadata": {"name": ...}}``
+    stubs and ``node_items`` each object's bytes as returned (what a reader of names, or a
+    forwarder of the objects, needs; building 1000 full Nodes would cost most of the time).
     """
-    nodes: list[dict] | None = None
-    meta: dict | None = None
+    node_list: NodeListParts | None = None
     names: list[str] | None = None
     failed: dict[str, str] | None = None
     unres: dict[str, str] | None = None
     error = ""
     for name, val in _top(body, "v1.ExtenderFilterResult", _F_FILTER):
         if name == "Nodes":
-            nodes, meta = _node_list(val, "ExtenderFilterResult.Nodes", names_only)
+            node_list = _node_list(val, "ExtenderFilterResult.Nodes")
         elif name == "NodeNames":
             names = _string_list(val, "ExtenderFilterResult.NodeNames")
         elif name == "FailedNodes":
@@ -148,6 +218,13 @@ def decode_filter_result(body: bytes, names_only: bool = False) -> FilterResult:
             unres = _string_map(val, "ExtenderFilterResult.FailedAndUnresolvableNodes", unres)
         else:
             error = _string(val, "ExtenderFilterResult.Error", error)
+    nodes = items = meta = None
+    if node_list is not None:
+        items, meta = node_list.items, node_list.metadata
+        if names_only:
+            nodes = [{"metadata": {"name": name}} for name in node_list.names]
+        else:
+            nodes = [_any_decoder.decode(item) or {} for item in items]
     return FilterResult(
         nodes=nodes,
         node_names=names,
@@ -155,6 +232,7 @@ def decode_filter_result(body: bytes, names_only: bool = False) -> FilterResult:
         failed_and_unresolvable=unres or {},
         error=error,
         nodes_metadata=meta,
+        node_items=items if names_only else None,
     )
 
 

@@ -9,7 +9,7 @@ May import: the standard library, msgspec and ``protocol.types``. No Django, no 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import msgspec
 
@@ -22,8 +22,12 @@ from .types import (
     MetaVictims,
     PreemptionArgs,
     PreemptionResult,
+    Verb,
     Victims,
 )
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
 
 _encoder = msgspec.json.Encoder()
 _HTML = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"),
@@ -111,3 +115,22 @@ def encode_preemption_args(a: PreemptionArgs) -> bytes:
 
 def encode_preemption_result(r: PreemptionResult) -> bytes:
     return _enc({"NodeNameToMetaVictims": _sorted_map(r.node_to_meta_victims, _meta_victims_json)})
+
+
+class Reply(NamedTuple):
+    """An HTTP answer for the scheduler: status, body, content type."""
+
+    status: int
+    body: bytes
+    content_type: str = JSON
+
+
+def encode_failure(verb: Verb, text: str, status: int = 502) -> Reply:
+    """The answer that makes the scheduler fail a ``verb`` call with ``text``.
+
+    The one place of the rule in ``Verb.answers_in_error_field``: filter and bind get a 200 whose
+    Error field carries the text; prioritize and preempt get ``status`` with the text as the body.
+    """
+    if verb.answers_in_error_field:
+        return Reply(200, _enc({"Error": text}))
+    return Reply(status, text.encode(), TEXT)

@@ -13,7 +13,7 @@ May import: the standard library and msgspec only. No Django, no I/O, no logging
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 
@@ -207,6 +207,21 @@ class _Fields:
         return name
 
 
+def go_key(keys: Iterable[str], field: str) -> str | None:
+    """The key whose value Go's decoder leaves in struct field ``field``; None when no key matches.
+
+    Go binds a key to a field by exact name, else by folded name, and a later key overwrites an
+    earlier one: the answer is the last matching key. (For structs whose field names differ
+    after folding, which every extender message is.)
+    """
+    folded = _fold(field)
+    found = None
+    for key in keys:
+        if key == field or _fold(key) == folded:
+            found = key
+    return found
+
+
 def _type_error(jkind: str, where: str, gotype: str) -> ProtocolError:
     return ProtocolError(f"json: cannot unmarshal {jkind} into Go struct field {where} of type {gotype}")
 
@@ -340,13 +355,6 @@ def _object_list(raw: _Buf, where: str, gotype: str) -> list | None:
             raise _type_error(_pykind(it), where, gotype)
     return items
 
-
-
-def _typed(dec: msgspec.json.Decoder, raw: _Buf, where: str) -> Any:
-    try:
-        return dec.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise ProtocolError(f"json: cannot unmarshal {where}: {exc}") from None
 
 
 

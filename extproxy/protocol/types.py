@@ -2,17 +2,62 @@
 
 Owns the shapes only: ExtenderArgs, ExtenderFilterResult, HostPriority, ExtenderBindingArgs/Result
 and ExtenderPreemptionArgs/Result (reference: extender-protocol.md sections 1, 2 and 5). Pod and
-Node objects stay plain dicts exactly as received.
+Node objects stay plain dicts exactly as received. ``Verb`` names the four calls.
 
 May import: the standard library only.
+
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import EnumType, StrEnum
 
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10
+
+
+class ChoicesType(EnumType):
+    """``values`` and ``choices`` on the class, as Django's TextChoices has them, without Django."""
+
+    @property
+    def values(cls) -> list[str]:
+        return [member.value for member in cls]  # type: ignore[var-annotated]
+
+    @property
+    def choices(cls) -> list[tuple[str, str]]:
+        """(value, label) pairs for model fields; labels as TextChoices makes them ("Ok", "Filter")."""
+        return [(member.value, member.name.replace("_", " ").title()) for member in cls]  # type: ignore[var-annotated]
+
+
+class Choices(StrEnum, metaclass=ChoicesType):
+    """A StrEnum that one model field, the API and the pure core can all use: the one list of its words."""
+
+
+class Verb(Choices):
+    """The four extender calls: the one list of them (stored values, API choices, config, endpoints)."""
+
+    FILTER = "filter"
+    PRIORITIZE = "prioritize"
+    BIND = "bind"
+    PREEMPT = "preempt"
+
+    @property
+    def answers_in_error_field(self) -> bool:
+        """How a failure reaches the scheduler for this verb.
+
+        Filter and bind replies have an ``Error`` field: a failure is a 200 whose Error says why.
+        Prioritize and preempt replies have none: a failure can only be a non-200 status.
+        """
+        return self in (Verb.FILTER, Verb.BIND)
+
+    @classmethod
+    def of(cls, text: str) -> Verb | None:
+        """The verb spelled ``text``, or None."""
+        try:
+            return cls(text)
+        except ValueError:
+            return None
 
 
 @dataclass
@@ -40,6 +85,7 @@ class FilterResult:
     failed_and_unresolvable: dict[str, str]
     error: str
     nodes_metadata: dict | None = None
+    node_items: list[bytes] | None = None  # each returned Node's bytes (decoded names_only)
 
 
 @dataclass

@@ -4,10 +4,11 @@ A pure package: no Django, no I/O (tests/semantics/test_purity.py proves it). A 
 scheduler rule goes here; how bytes become messages is ``extproxy.protocol``; calling backends is
 ``extproxy.combined`` (the I/O around these rules).
 
+* ``decision``: Outcome, Result and Decision, the words of a verdict;
 * ``judge``: how the scheduler reads ONE backend's reply to one verb;
 * ``errors``: the error texts the proxy answers so the scheduler ends with the same error;
 * ``interest``: which backends the scheduler calls, in which order;
-* ``filter``, ``prioritize``, ``preempt``, ``bind``: the chains, as the scheduler runs them;
+* ``chain``, ``filter``, ``prioritize``, ``preempt``, ``bind``: the chains, as the scheduler runs them;
 * ``entry``: the combined form's single extender entry (``scheduler_config --combined``).
 
 May import: the standard library, msgspec and ``extproxy.protocol`` (``extproxy.config`` for
@@ -22,33 +23,6 @@ decide what the scheduler would have done calling each backend itself (reference
 upstream schedule_one.go findNodesThatPassExtenders / prioritizeNodes / extendersBinding and
 preemption.go callExtenders, current releases).
 
-API
----
-scheduler_order(backends) -> list[BackendConfig]
-    non-ignorable in config order, then ignorable in config order (buildExtenders).
-interested(backends, pod, verb) -> list[BackendConfig]
-    scheduler_order, keeping those with that verb set and interested in the pod
-    (managedResources in requests or limits of containers/initContainers).
-FilterChain(input_names, backends=())
-    .next_backend() -> BackendConfig | None   (when built with the interested backends)
-    .remaining -> list[str]    exactly what the next backend is sent (order, duplicates kept)
-    .done -> bool              nothing left, or a non-ignorable error ended the chain
-    .judge(backend, status, body) -> Verdict    judge_filter with the current input
-    .apply(backend, verdict | None, transport_error="")
-    .result() -> CombinedFilter
-parallel_filter(input_names, results) -> CombinedFilter     (the `parallelFilter: true` option)
-combine_prioritize(feasible, results) -> dict[str, int]     Σ Score × weight per feasible host
-prioritize_answer(feasible, totals) -> list[HostPriority]   one entry per host, feasible order
-judge_preempt_for(backend, input_victims, status, body) -> Verdict   judge_preempt + ignorable rule
-PreemptChain(victims, backends=())
-    .next_backend() / .remaining / .done / .judge(backend, status, body)
-    .apply(backend, verdict | None, transport_error="") / .result() -> CombinedPreempt
-choose_binder(backends, pod) -> BackendConfig | None
-bind_fallthrough(binder, verdict_or_error) -> "bound" | "error" | "default-binder"
-combined_entry(backends, *, url_prefix="", parallel_filter=False) -> dict | CombinedRefusal
-combined_caveats(backends) -> list[str]
-reply_error_text(verdict, transport_error="") -> str
-
 Choices where the scheduler's behaviour needed interpretation
 -------------------------------------------------------------
 * Failure statuses across backends: current releases write each backend's maps with
@@ -62,18 +36,16 @@ Choices where the scheduler's behaviour needed interpretation
 * A backend's failure maps may name nodes it was not sent (the scheduler does not check);
   they are applied like any other entry.
 * Mode false (nodeCacheCapable: false): names a backend returns that were not in its input
-  are kept, as the scheduler keeps the returned Node objects; FilterStep.added and
-  CombinedFilter.added mark them (the engine must forward the returned Node objects).
+  are kept, as the scheduler keeps the returned Node objects.
 * Error texts: `error` is the backend's text as judged. What the proxy must put in its own
   Error field for the scheduler to end with the same text is `reply_error`: an Error field
   from a backend is passed verbatim (the scheduler uses it as a format string either way),
   any other text (HTTP status, decode error, transport error) has `%` doubled, so that the
   scheduler's fmt.Errorf prints it unchanged.
 * Preempt: ignorable backends get their empty-victim nodes dropped instead of failing
-  (callExtenders); judge_preempt does not know the flag, so judge_preempt_for (and
-  PreemptChain.judge) apply it. UIDs are checked against the map the proxy was given by the
-  scheduler (not the shrinking map of the chain), which is the nearest the proxy gets to the
-  scheduler's own check against the pods on the node.
+  (callExtenders; judge_preempt reads the flag). UIDs are checked against the map the proxy
+  was given by the scheduler (not the shrinking map of the chain), which is the nearest the
+  proxy gets to the scheduler's own check against the pods on the node.
 * Bind: a default-binder outcome means the scheduler runs its Bind plugins. For a combined
   entry that is ignorable the engine gets exactly that by answering the error; otherwise it
   has to bind through the API itself (the DefaultBinder's action), see combined_caveats.
@@ -82,22 +54,19 @@ Choices where the scheduler's behaviour needed interpretation
 from __future__ import annotations
 
 from .bind import bind_fallthrough, choose_binder
-from .entry import (
-    COMBINED_TIMEOUT_MARGIN,
-    COMBINED_VERBS,
-    CombinedRefusal,
-    combined_caveats,
-    combined_entry,
-    combined_timeout,
-)
+from .decision import Decision, Outcome, Result
+from .entry import COMBINED_TIMEOUT_MARGIN, CombinedRefusal, combined_caveats, combined_entry, combined_timeout
 from .errors import go_format_safe, reply_error_text
-from .filter import FILTER_OUTCOMES, CombinedFilter, FilterChain, FilterStep, parallel_filter
+from .filter import CombinedFilter, FilterChain, parallel_filter
 from .interest import interested, scheduler_order
 from .judge import SCORE_FACTOR, Verdict, judge_bind, judge_filter, judge_preempt, judge_prioritize
-from .preempt import CombinedPreempt, PreemptChain, PreemptStep, judge_preempt_for
+from .preempt import CombinedPreempt, PreemptChain
 from .prioritize import combine_prioritize, prioritize_answer
 
 __all__ = [
+    "Decision",
+    "Outcome",
+    "Result",
     "SCORE_FACTOR",
     "Verdict",
     "judge_filter",
@@ -108,21 +77,16 @@ __all__ = [
     "reply_error_text",
     "scheduler_order",
     "interested",
-    "FILTER_OUTCOMES",
-    "FilterStep",
     "CombinedFilter",
     "FilterChain",
     "parallel_filter",
     "combine_prioritize",
     "prioritize_answer",
-    "judge_preempt_for",
-    "PreemptStep",
     "CombinedPreempt",
     "PreemptChain",
     "choose_binder",
     "bind_fallthrough",
     "COMBINED_TIMEOUT_MARGIN",
-    "COMBINED_VERBS",
     "CombinedRefusal",
     "combined_timeout",
     "combined_entry",

@@ -3,7 +3,7 @@
 Derives the one entry that represents every backend, or refuses with the reason, and lists the
 representable differences worth printing beside it.
 
-May import: the standard library. No Django, no I/O.
+May import: the standard library and ``extproxy.protocol``. No Django, no I/O.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from extproxy.protocol import Verb
+
 if TYPE_CHECKING:  # annotations only: semantics needs no config loading at run time
     from extproxy.config import BackendConfig, ManagedResource
 
 #: Added to the sequential time budget of the combined entry's httpTimeout.
 COMBINED_TIMEOUT_MARGIN = 1.0
-COMBINED_VERBS = {"filter": "filter", "prioritize": "prioritize", "preempt": "preempt", "bind": "bind"}
 
 
 @dataclass
@@ -38,11 +39,12 @@ def combined_timeout(backends: Sequence[BackendConfig], parallel_filter: bool = 
     filter and preempt run backends one after another (sum; filter: max with parallelFilter),
     prioritize runs them in parallel (max), bind calls the one binder.
     """
-    def t(verb: str) -> list[float]:
+    def t(verb: Verb) -> list[float]:
         return [b.http_timeout for b in backends if b.verb_string(verb)]
 
-    filt = (max(t("filter"), default=0.0) if parallel_filter else sum(t("filter")))
-    need = max(filt, sum(t("preempt")), max(t("prioritize"), default=0.0), max(t("bind"), default=0.0))
+    filters, preempts = t(Verb.FILTER), t(Verb.PREEMPT)
+    filt = max(filters, default=0.0) if parallel_filter else sum(filters)
+    need = max(filt, sum(preempts), max(t(Verb.PRIORITIZE), default=0.0), max(t(Verb.BIND), default=0.0))
     return need + COMBINED_TIMEOUT_MARGIN
 
 
@@ -106,12 +108,13 @@ def combined_entry(
     entry: dict[str, Any] = {}
     if url_prefix:
         entry["urlPrefix"] = url_prefix
-    for verb in ("filter", "preempt", "prioritize"):
+    # The combined endpoints are /extender/<verb>: each verb string is the verb itself.
+    for verb in (Verb.FILTER, Verb.PREEMPT, Verb.PRIORITIZE):  # KubeSchedulerConfiguration's field order
         if any(b.verb_string(verb) for b in backends):
-            entry[f"{verb}Verb"] = COMBINED_VERBS[verb]
+            entry[f"{verb}Verb"] = verb.value
     entry["weight"] = 1
     if binders:
-        entry["bindVerb"] = COMBINED_VERBS["bind"]
+        entry["bindVerb"] = Verb.BIND.value
     entry["httpTimeout"] = _go_duration(combined_timeout(backends, parallel_filter))
     entry["nodeCacheCapable"] = all(b.node_cache_capable for b in backends)
     if not everyone:

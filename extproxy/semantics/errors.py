@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .judge import Verdict
 
+
 def go_format_safe(text: str) -> str:
     """Text that comes out unchanged when the scheduler passes it to fmt.Errorf as the format."""
     return text.replace("%", "%%")
@@ -22,10 +23,3 @@ def reply_error_text(verdict: Verdict | None, transport_error: str = "") -> str:
         return verdict.error
     text = verdict.error if verdict is not None else (transport_error or "no answer")
     return go_format_safe(text)
-
-
-def _failure(verdict: Verdict | None, transport_error: str) -> str:
-    if verdict is None:
-        return transport_error or "no answer"
-    return verdict.error if verdict.outcome != "ok" else ""
-

@@ -5,26 +5,38 @@ Given the HTTP status and body the scheduler received (reference: extender-proto
 per-node decisions and the findings (protocol breaches worth showing, even when ok). Timeouts and
 transport errors are decided by the caller; the judge only sees a status and a body.
 
-May import: the standard library and ``extproxy.protocol``. No Django, no I/O. Over 300 lines
-because the four judges share their helpers and read best side by side.
+May import: the standard library, ``extproxy.protocol`` and ``semantics.decision``. No Django,
+no I/O. The judges read the backend's configuration (``extproxy.config.BackendConfig``: its
+name, target, mode, weight, verb strings and ignorable flag); a recorded call rebuilds one with
+``BackendConfig.as_recorded``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from extproxy.protocol import (
     MAX_EXTENDER_PRIORITY,
     MIN_EXTENDER_PRIORITY,
+    FilterResult,
     MetaVictims,
     ProtocolError,
+    Verb,
     decode_binding_result,
     decode_filter_result,
     decode_host_priority_list,
     decode_preemption_result,
     envelope_keys,
+    go_key,
 )
 
+from .decision import Decision, Outcome, Result
+
+if TYPE_CHECKING:  # annotations only: semantics needs no config loading at run time
+    from extproxy.config import BackendConfig
+
+T = TypeVar("T")
 
 #: MaxNodeScore / MaxExtenderPriority (integer arithmetic, as in the scheduler).
 SCORE_FACTOR = 100 // MAX_EXTENDER_PRIORITY
@@ -32,9 +44,9 @@ SCORE_FACTOR = 100 // MAX_EXTENDER_PRIORITY
 
 @dataclass
 class Verdict:
-    outcome: str  # "ok" or "error" (timeouts/transport errors are decided by the caller)
+    outcome: Outcome  # OK or ERROR (timeouts/transport errors are decided by the caller)
     error: str  # "" when ok; otherwise the text the scheduler would report
-    decisions: list[dict]  # {"node","backend","result","reason","score","weighted_score"}
+    decisions: list[Decision]
     findings: list[dict]  # {"kind","detail"}: protocol breaches worth showing, even when ok
     passed: list[str] | None = None  # filter: names that pass, as the scheduler would take them
     failed: dict[str, str] | None = None  # filter: Unschedulable reasons (after precedence)
@@ -43,47 +55,33 @@ class Verdict:
     victims: dict[str, MetaVictims] | None = None  # preempt: accepted map
 
 
-def _decision(
-    node: str,
-    backend: str,
-    result: str,
-    reason: str | None = None,
-    score: int | None = None,
-    weighted: int | None = None,
-) -> dict:
-    return {
-        "node": node,
-        "backend": backend,
-        "result": result,
-        "reason": reason,
-        "score": score,
-        "weighted_score": weighted,
-    }
-
-
 def _finding(kind: str, detail: str) -> dict:
     return {"kind": kind, "detail": detail}
 
 
 def _fail(error: str, findings: list[dict]) -> Verdict:
-    return Verdict(outcome="error", error=error, decisions=[], findings=findings)
+    return Verdict(outcome=Outcome.ERROR, error=error, decisions=[], findings=findings)
 
 
-def _full_url(url: str, verb: str) -> str:
-    return url.rstrip("/") + "/" + verb
+def _read(backend: BackendConfig, verb: Verb, status: int, body: bytes, decode: Callable[[bytes], T]) -> T | Verdict:
+    """The decoded reply, or the Verdict of a call that failed before its content counts.
 
-
-def _precheck(verb: str, url: str, status: int, body: bytes) -> Verdict | None:
-    """The non-200 rule (§1): the body is not even read."""
+    The non-200 rule (§1): any other status fails the call and the body is not even read. A body
+    the scheduler's decoder rejects fails it too.
+    """
     if status != 200:
+        verb_string = backend.verb_string(verb) or verb
         return _fail(
-            f"failed {verb} with extender at URL {_full_url(url, verb)}, code {status}",
+            f"failed {verb_string} with extender at URL {backend.url_for(verb_string)}, code {status}",
             [_finding("non-200", f"HTTP status {status}; only 200 counts as success")],
         )
-    return None
+    try:
+        return decode(body)
+    except ProtocolError as exc:
+        return _decode_failure(exc)
 
 
-def _decode_failure(exc: ProtocolError, body: bytes) -> Verdict:
+def _decode_failure(exc: ProtocolError) -> Verdict:
     if exc.kind == "eof":
         kind, detail = "empty-body", "200 with an empty body fails to decode (EOF)"
     elif exc.kind in ("float-score", "string-score"):
@@ -98,39 +96,29 @@ def _error_under_200(text: str, findings: list[dict]) -> Verdict:
     return _fail(text, findings)
 
 
+def _filter_result(body: bytes) -> FilterResult:
+    return decode_filter_result(body, names_only=True)  # only the names of returned Nodes matter
+
+
 def judge_filter(
-    backend: str,
-    node_cache_capable: bool,
-    input_names: list[str],
-    status: int,
-    body: bytes,
-    url: str = "",
-    *,
-    verb: str = "filter",
-    with_decisions: bool = True,
+    backend: BackendConfig, input_names: list[str], status: int, body: bytes, *, with_decisions: bool = True
 ) -> Verdict:
     """Read a filter reply as kube-scheduler does (§4.3, §5 items 3-5, 7, 9).
 
     ``with_decisions=False`` skips the per-node decisions (and the dropped-without-reason
     finding that comes from them): the combined form's hot path needs only the lists and maps.
-
-    ``url`` is the backend's urlPrefix (the extender's name in scheduler messages); the non-200
-    message uses ``<url>/<verb>`` like the scheduler does.
+    The backend's ``target`` (its urlPrefix) names it in the scheduler's messages.
     """
-    pre = _precheck(verb, url, status, body)
-    if pre is not None:
-        return pre
-    try:
-        r = decode_filter_result(body, names_only=True)  # only the names of returned Nodes matter
-    except ProtocolError as exc:
-        return _decode_failure(exc, body)
+    r = _read(backend, Verb.FILTER, status, body, _filter_result)
+    if isinstance(r, Verdict):
+        return r
     findings: list[dict] = []
     if r.error:
         return _error_under_200(r.error, findings)
 
     input_set = set(input_names)
     passed: list[str]
-    if node_cache_capable and r.node_names is not None:
+    if backend.node_cache_capable and r.node_names is not None:
         outside = set(r.node_names) - input_set
         for name in r.node_names if outside else ():  # the first one outside, in reply order
             if name in outside:
@@ -138,7 +126,7 @@ def judge_filter(
                     _finding("name-not-in-input", f"NodeNames lists {name!r}, not in the input")
                 )
                 return _fail(
-                    f'extender "{url}" claims a filtered node "{name}" which is not found in the '
+                    f'extender "{backend.target}" claims a filtered node "{name}" which is not found in the '
                     "input node list",
                     findings,
                 )
@@ -191,24 +179,24 @@ def judge_filter(
                 _finding("passed-and-failed", f"{name!r} passes and is also listed as failed")
             )
 
-    decisions: list[dict] = []
+    decisions: list[Decision] = []
     dropped: list[str] = []
     for name in input_names if with_decisions else ():
         if name in passed_set:
-            decisions.append(_decision(name, backend, "passed"))
+            decisions.append(Decision(name, backend.name, Result.PASSED))
         elif name in unresolvable:
-            decisions.append(_decision(name, backend, "unresolvable", unresolvable[name]))
+            decisions.append(Decision(name, backend.name, Result.UNRESOLVABLE, unresolvable[name]))
         elif name in failed:
-            decisions.append(_decision(name, backend, "failed", failed[name]))
+            decisions.append(Decision(name, backend.name, Result.FAILED, failed[name]))
         else:
-            decisions.append(_decision(name, backend, "failed", None))
+            decisions.append(Decision(name, backend.name, Result.FAILED))
             dropped.append(name)
     if dropped:
         findings.append(
             _finding("dropped-without-reason", f"dropped with no reason: {', '.join(dropped)}")
         )
     return Verdict(
-        outcome="ok",
+        outcome=Outcome.OK,
         error="",
         decisions=decisions,
         findings=findings,
@@ -218,27 +206,14 @@ def judge_filter(
     )
 
 
-def judge_prioritize(
-    backend: str,
-    weight: int,
-    input_names: list[str],
-    status: int,
-    body: bytes,
-    url: str = "",
-    *,
-    verb: str = "prioritize",
-) -> Verdict:
+def judge_prioritize(backend: BackendConfig, input_names: list[str], status: int, body: bytes) -> Verdict:
     """Read a prioritize reply as kube-scheduler does (§4.4, §5 item 2).
 
-    On error the scheduler drops this backend's scores (scheduling goes on): outcome "error".
+    On error the scheduler drops this backend's scores (scheduling goes on): outcome ERROR.
     """
-    pre = _precheck(verb, url, status, body)
-    if pre is not None:
-        return pre
-    try:
-        items = decode_host_priority_list(body)
-    except ProtocolError as exc:
-        return _decode_failure(exc, body)
+    items = _read(backend, Verb.PRIORITIZE, status, body, decode_host_priority_list)
+    if isinstance(items, Verdict):
+        return items
     findings: list[dict] = []
     input_set = set(input_names)
     scores: dict[str, int] = {}
@@ -261,7 +236,7 @@ def judge_prioritize(
                 _finding("duplicate-name", f"{hp.host!r} scored more than once: summed")
             )
         scores[hp.host] = scores.get(hp.host, 0) + hp.score
-    decisions: list[dict] = []
+    decisions: list[Decision] = []
     out: dict[str, int] = {}
     for name in input_names:
         if name in out:
@@ -269,61 +244,36 @@ def judge_prioritize(
         got = scores.get(name)
         s = got if got is not None else 0
         out[name] = s
-        decisions.append(
-            _decision(
-                name,
-                backend,
-                "scored",
-                None if got is not None else "no score returned",
-                s,
-                s * weight * SCORE_FACTOR,
-            )
-        )
-    return Verdict(outcome="ok", error="", decisions=decisions, findings=findings, scores=out)
+        reason = None if got is not None else "no score returned"
+        decisions.append(Decision(name, backend.name, Result.SCORED, reason, s, s * backend.weight * SCORE_FACTOR))
+    return Verdict(outcome=Outcome.OK, error="", decisions=decisions, findings=findings, scores=out)
 
 
-def judge_bind(
-    backend: str, status: int, body: bytes, url: str = "", *, verb: str = "bind"
-) -> Verdict:
+def judge_bind(backend: BackendConfig, status: int, body: bytes) -> Verdict:
     """Read a bind reply (§4.5, §5 item 14): 200 with an empty Error counts as bound."""
-    pre = _precheck(verb, url, status, body)
-    if pre is not None:
-        return pre
-    try:
-        r = decode_binding_result(body)
-    except ProtocolError as exc:
-        return _decode_failure(exc, body)
+    r = _read(backend, Verb.BIND, status, body, decode_binding_result)
+    if isinstance(r, Verdict):
+        return r
     if r.error:
         return _error_under_200(r.error, [])
-    return Verdict(outcome="ok", error="", decisions=[], findings=[])
+    return Verdict(outcome=Outcome.OK, error="", decisions=[], findings=[])
 
 
-def judge_preempt(
-    backend: str,
-    input_victims: dict[str, list[str]],
-    status: int,
-    body: bytes,
-    url: str = "",
-    *,
-    verb: str = "preempt",
-) -> Verdict:
+def judge_preempt(backend: BackendConfig, input_victims: dict[str, list[str]], status: int, body: bytes) -> Verdict:
     """Read a preempt reply (§4.6, §5 item 6). ``input_victims``: node -> UIDs sent.
 
     The reply map replaces the input. Every UID must be one given for that node; a node that was
-    not in the input is an error; a node with null/empty Pods is an error.
+    not in the input is an error; a node with null/empty Pods is an error, except that an
+    ignorable backend's such nodes are dropped (callExtenders).
     """
-    pre = _precheck(verb, url, status, body)
-    if pre is not None:
-        return pre
-    try:
-        r = decode_preemption_result(body)
-    except ProtocolError as exc:
-        return _decode_failure(exc, body)
+    r = _read(backend, Verb.PREEMPT, status, body, decode_preemption_result)
+    if isinstance(r, Verdict):
+        return r
     findings: list[dict] = []
     reply = r.node_to_meta_victims
     if not reply:
-        folded = {k.lower() for k in envelope_keys(body)}
-        if "nodenametovictims" in folded and "nodenametometavictims" not in folded:
+        keys = envelope_keys(body)
+        if go_key(keys, "NodeNameToVictims") and not go_key(keys, "NodeNameToMetaVictims"):
             findings.append(
                 _finding(
                     "wrong-preempt-form",
@@ -345,29 +295,29 @@ def judge_preempt(
                 )
                 if not error:
                     error = (
-                        f'extender "{url}" claims to preempt pod (UID: {uid}) on node: {node}, '
+                        f'extender "{backend.target}" claims to preempt pod (UID: {uid}) on node: {node}, '
                         "but the pod is not found on that node"
                     )
-    # Pass 2, like callExtenders: every node kept needs at least one victim.
+    # Pass 2, like callExtenders: every node kept needs at least one victim; an ignorable
+    # backend's node without victims is dropped instead of failing the reply.
+    accepted: dict[str, MetaVictims] = {}
     for node, mv in reply.items():
-        if mv is None or not mv.pods:
-            findings.append(
-                _finding(
-                    "empty-victims",
-                    f"node {node!r} kept with {'null' if mv is None else 'no'} victims",
-                )
-            )
-            if not error:
-                error = f'expected at least one victim pod on node "{node}"'
+        if mv is not None and mv.pods:
+            accepted[node] = mv
+            continue
+        findings.append(
+            _finding("empty-victims", f"node {node!r} kept with {'null' if mv is None else 'no'} victims")
+        )
+        if backend.ignorable:
+            findings.append(_finding("ignorable-dropped-node", f"ignorable: node {node!r} without victims dropped"))
+        elif not error:
+            error = f'expected at least one victim pod on node "{node}"'
     if error:
         return _fail(error, findings)
-    accepted: dict[str, MetaVictims] = {n: mv for n, mv in reply.items() if mv is not None}
-    decisions: list[dict] = []
-    for node in input_victims:
-        mv = accepted.get(node)
-        if mv is not None:
-            decisions.append(_decision(node, backend, "passed", "victims: " + ", ".join(mv.pods)))
-        else:
-            decisions.append(_decision(node, backend, "failed", "dropped by backend"))
-    return Verdict(outcome="ok", error="", decisions=decisions, findings=findings, victims=accepted)
-
+    decisions = [
+        Decision(node, backend.name, Result.PASSED, "victims: " + ", ".join(accepted[node].pods))
+        if node in accepted
+        else Decision(node, backend.name, Result.FAILED, "dropped by backend")
+        for node in input_victims
+    ]
+    return Verdict(outcome=Outcome.OK, error="", decisions=decisions, findings=findings, victims=accepted)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from extproxy.protocol import HostPriority
 
+from .decision import Outcome
 from .judge import Verdict
 
 if TYPE_CHECKING:  # annotations only: semantics needs no config loading at run time
@@ -29,7 +30,7 @@ def combine_prioritize(
     """
     totals = {name: 0 for name in feasible}
     for backend, verdict in results:
-        if verdict is None or verdict.outcome != "ok":
+        if verdict is None or verdict.outcome != Outcome.OK:
             continue
         for host, score in (verdict.scores or {}).items():
             if host in totals:

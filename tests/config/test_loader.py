@@ -19,6 +19,7 @@ from extproxy.config import (
     parse_config,
     parse_go_duration,
 )
+from extproxy.protocol import Verb
 
 V1 = "kubescheduler.config.k8s.io/v1"
 
@@ -274,8 +275,9 @@ def test_it_maps_verb_strings_to_verbs(verb_string, expected):
 
 
 def test_it_maps_a_shared_verb_string_to_the_first_verb():
+    # First in Verb's order: filter, prioritize, bind, preempt.
     assert BackendConfig(name="a", filter_verb="x", prioritize_verb="x").verb_name("x") == "filter"
-    assert BackendConfig(name="a", preempt_verb="x", bind_verb="x").verb_name("x") == "preempt"
+    assert BackendConfig(name="a", preempt_verb="x", bind_verb="x").verb_name("x") == "bind"
     assert BackendConfig(name="a").verb_name("") is None
 
 
@@ -752,3 +754,15 @@ def test_it_exposes_field_and_reason_on_errors():
     assert str(error) == "f.yaml: extenders[1].weight: must have a positive weight applied to it"
     assert (error.source, error.field, error.reason) == ("f.yaml", "extenders[1].weight",
                                                          "must have a positive weight applied to it")
+
+
+@pytest.mark.parametrize(
+    "target, url_prefix, policy",
+    [("http://a:80/s", "http://a:80/s", ""), ("policy:gpu", "", "gpu"), ("combined", "combined", "")],
+)
+def test_it_rebuilds_a_recorded_backend_for_the_judges(target, url_prefix, policy):
+    b = BackendConfig.as_recorded("a", target, Verb.PREEMPT, "pre", node_cache_capable=True, weight=3)
+    assert (b.url_prefix, b.policy, b.target) == (url_prefix, policy, target)
+    assert (b.preempt_verb, b.filter_verb, b.node_cache_capable, b.weight) == ("pre", "", True, 3)
+    assert b.url_for("pre") == f"{target}/pre"
+    assert BackendConfig.as_recorded("a", target, Verb.BIND, "").bind_verb == "bind"

@@ -191,7 +191,7 @@ def test_it_resets_a_map_on_a_later_null():
     "decode",
     [p.decode_filter_result, p.decode_host_priority_list, p.decode_binding_result,
      p.decode_preemption_result, p.decode_extender_args, p.decode_binding_args,
-     p.decode_preemption_args, p.summarize_extender_args],
+     p.decode_preemption_args, p.split_extender_args],
 )
 def test_it_fails_empty_bodies_with_eof(decode, body):
     with pytest.raises(ProtocolError) as ei:
@@ -233,7 +233,7 @@ def test_it_gives_zero_values_for_a_null_body():
     assert p.decode_binding_args(b"null") == BindingArgs("", "", "", "")
     assert p.decode_preemption_result(b"null") == PreemptionResult({})
     assert p.decode_extender_args(b"null") == ExtenderArgs({}, None, None)
-    assert p.summarize_extender_args(b"null") == p.ArgsSummary("", "", "", [], "none")
+    assert p.split_extender_args(b"null") == p.RawArgs({}, b"null", ("", "", ""), [], None)
 
 
 @pytest.mark.parametrize(
@@ -245,7 +245,7 @@ def test_it_gives_zero_values_for_a_null_body():
         (p.decode_binding_result, b"true", "json: cannot unmarshal bool into Go value of type v1.ExtenderBindingResult"),
         (p.decode_preemption_result, b"[]", "json: cannot unmarshal array into Go value of type v1.ExtenderPreemptionResult"),
         (p.decode_extender_args, b"[]", "json: cannot unmarshal array into Go value of type v1.ExtenderArgs"),
-        (p.summarize_extender_args, b"[]", "json: cannot unmarshal array into Go value of type v1.ExtenderArgs"),
+        (p.split_extender_args, b"[]", "json: cannot unmarshal array into Go value of type v1.ExtenderArgs"),
         (p.decode_filter_result, b'{"Error":5}', "json: cannot unmarshal number into Go struct field ExtenderFilterResult.Error of type string"),
         (p.decode_filter_result, b'{"FailedNodes":{"a":5}}', "json: cannot unmarshal number into Go struct field ExtenderFilterResult.FailedNodes of type string"),
         (p.decode_filter_result, b'{"FailedNodes":["a"]}', "json: cannot unmarshal array into Go struct field ExtenderFilterResult.FailedNodes of type map[string]string"),
@@ -290,3 +290,19 @@ def test_it_rejects_type_mismatches(decode, body, message):
 )
 def test_it_decodes_preemption_results(body, expected):
     assert p.decode_preemption_result(body).node_to_meta_victims == expected
+
+
+@pytest.mark.parametrize(
+    "keys, field, expected",
+    [
+        (["Pod", "Nodes"], "Pod", "Pod"),
+        (["pod"], "Pod", "pod"),
+        (["Pod", "POD"], "Pod", "POD"),  # a later key overwrites: Go keeps the last one's value
+        (["POD", "Pod"], "Pod", "Pod"),
+        (["\u017fpec"], "Spec", "\u017fpec"),  # long s folds to S, as in Go's foldName
+        (["nodenametometavictims"], "NodeNameToVictims", None),
+        ([], "Pod", None),
+    ],
+)
+def test_it_finds_the_key_go_binds_to_a_field(keys, field, expected):
+    assert p.go_key(keys, field) == expected

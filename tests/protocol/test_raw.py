@@ -1,6 +1,8 @@
-"""Tests for extproxy.protocol.raw: the hot path's summary and split of ExtenderArgs."""
+"""Tests for extproxy.protocol.raw: the hot path's split of ExtenderArgs, checked against the full decoder."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -15,7 +17,7 @@ def fx(name: str) -> bytes:
     return (FIX / name).read_bytes()
 
 
-CAPTURED_SUMMARIES = [
+CAPTURED_SPLITS = [
     ("filter-request.nodecache-false.json", "default", "web-nc-false",
      "6c1b7b2c-f2d0-44f4-954a-937573bbe942", ["gpu-node-2", "gpu-node-3", "cpu-node-1", "gpu-node-1"], "objects"),
     ("prioritize-request.nodecache-false.json", "default", "web-nc-false",
@@ -27,57 +29,66 @@ CAPTURED_SUMMARIES = [
 ]
 
 
-@pytest.mark.parametrize("name, ns, pod, uid, nodes, mode", CAPTURED_SUMMARIES)
-def test_it_summarizes_captured_requests(name, ns, pod, uid, nodes, mode):
+def mode(split: p.RawArgs) -> str:
+    return "names" if split.names_mode else "objects"
+
+
+@pytest.mark.parametrize("name, ns, pod, uid, nodes, expected_mode", CAPTURED_SPLITS)
+def test_it_splits_captured_requests_like_the_full_decoder(name, ns, pod, uid, nodes, expected_mode):
     body = (CAP / name).read_bytes()
-    s = p.summarize_extender_args(body)
-    assert (s.pod_namespace, s.pod_name, s.pod_uid, s.node_names, s.mode) == (ns, pod, uid, nodes, mode)
+    s = p.split_extender_args(body)
+    assert (s.pod_identity, s.node_names, mode(s)) == ((ns, pod, uid), nodes, expected_mode)
     args = p.decode_extender_args(body)
-    assert p.pod_identity(args.pod) == (ns, pod, uid)
-    full_names = args.node_names if mode == "names" else [n["metadata"]["name"] for n in args.nodes]
+    assert args.pod == s.pod and p.pod_identity(args.pod) == (ns, pod, uid)
+    full_names = args.node_names if expected_mode == "names" else [n["metadata"]["name"] for n in args.nodes]
     assert full_names == nodes
+    if s.items is not None:  # each item is the request's own bytes, and decodes to the full decoder's Node
+        assert [json.loads(i) for i in s.items] == args.nodes and all(i in body for i in s.items)
 
 
 @pytest.mark.parametrize(
-    "name, nodes, mode",
+    "name, nodes, expected_mode",
     [
         ("filter-request.nodecache-false.json", ["node-01", "node-02", "node-03", "node-04", "node-05"], "objects"),
         ("filter-request.nodecache-true.json", ["node-01", "node-02", "node-03", "node-04", "node-05"], "names"),
         ("prioritize-request.nodecache-true.json", ["node-01", "node-03"], "names"),
     ],
 )
-def test_it_summarizes_generated_requests(name, nodes, mode):
-    s = p.summarize_extender_args(fx(name))
-    assert (s.pod_namespace, s.pod_name, s.pod_uid) == (
-        "ml-team", "trainer-7d9c5b6f8-b4x2s", "6e1f1eb2-6544-5d63-a9e7-fba83e12a409")
-    assert (s.node_names, s.mode) == (nodes, mode)
+def test_it_splits_generated_requests(name, nodes, expected_mode):
+    s = p.split_extender_args(fx(name))
+    assert s.pod_identity == ("ml-team", "trainer-7d9c5b6f8-b4x2s", "6e1f1eb2-6544-5d63-a9e7-fba83e12a409")
+    assert (s.node_names, mode(s)) == (nodes, expected_mode)
 
 
 @pytest.mark.parametrize(
-    "body, expected",
+    "body, identity, names, items",
     [
-        (b'{"pod":{"metadata":{"name":"p","namespace":"n","uid":"u"}},"nodenames":["a"]}',
-         p.ArgsSummary("n", "p", "u", ["a"], "names")),
-        (b'{"Pod":null,"Nodes":null,"NodeNames":null}', p.ArgsSummary("", "", "", [], "none")),
-        (b'{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"x"}},{},null]}}',
-         p.ArgsSummary("", "", "", ["x", "", ""], "objects")),
-        (b'{"Pod":{"metadata":null},"NodeNames":[],"Nodes":{"items":[{"metadata":{"name":"x"}}]}}',
-         p.ArgsSummary("", "", "", [], "names")),
-        (b'{"NodeNames":["a"],"NodeNames":["b"]}', p.ArgsSummary("", "", "", ["b"], "names")),
-        (b'{"NodeNames":["a"]} trailing', p.ArgsSummary("", "", "", ["a"], "names")),
+        (b'{"pod":{"metadata":{"name":"p","namespace":"n","uid":"u"}},"nodenames":["a"]}', ("n", "p", "u"), ["a"], None),
+        (b'{"Pod":null,"Nodes":null,"NodeNames":null}', ("", "", ""), [], None),
+        (b'{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"x"}},{},null]}}', ("", "", ""), ["x", "", ""],
+         [b'{"metadata":{"name":"x"}}', b"{}", b"null"]),
+        (b'{"Pod":{},"Nodes":{"ITEMS":[{"metadata":{"name":"x"}}]}}', ("", "", ""), ["x"], [b'{"metadata":{"name":"x"}}']),
+        (b'{"Pod":{"metadata":null},"NodeNames":[],"Nodes":{"items":[{"metadata":{"name":"x"}}]}}', ("", "", ""), [], None),
+        (b'{"NodeNames":["a"],"NodeNames":["b"]}', ("", "", ""), ["b"], None),
+        (b'{"NodeNames":["a"]} trailing', ("", "", ""), ["a"], None),
     ],
 )
-def test_it_summarizes_edge_cases(body, expected):
-    assert p.summarize_extender_args(body) == expected
+def test_it_splits_edge_cases(body, identity, names, items):
+    s = p.split_extender_args(body)
+    assert (s.pod_identity, s.node_names, s.items) == (identity, names, items)
 
 
 @pytest.mark.parametrize(
     "body", [b'{"NodeNames":"a"}', b'{"NodeNames":[1]}', b'{"Nodes":[]}', b'{"Pod":"x"}',
-             b'{"Pod":{"metadata":{"name":5}}}']
+             b'{"Pod":{"metadata":{"name":5}}}', b'{"Nodes":{"items":[5]}}', b'{"Nodes":{"items":{}}}',
+             b'{"Nodes":{"items":[{"metadata":{"name":5}}]}}', b'{"Nodes":"x","Nodes":null}']
 )
-def test_it_rejects_bad_summaries(body):
-    with pytest.raises(ProtocolError):
-        p.summarize_extender_args(body)
+def test_it_rejects_what_the_full_decoder_rejects(body):
+    with pytest.raises(ProtocolError) as split_error:
+        p.split_extender_args(body)
+    with pytest.raises(ProtocolError) as full_error:
+        p.decode_extender_args(body)
+    assert str(split_error.value) == str(full_error.value)
 
 
 @pytest.mark.parametrize(

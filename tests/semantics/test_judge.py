@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
+from extproxy.config import BackendConfig
 from extproxy.protocol import MetaVictims
-from extproxy.semantics import judge_bind, judge_filter, judge_preempt, judge_prioritize
+from extproxy.semantics import Result, judge_bind, judge_filter, judge_preempt, judge_prioritize
 from tests.conftest import FIXTURES as FIX
 
 URL = "http://backend:8888/scheduler"
 NAMES = ["node-01", "node-02", "node-03", "node-04", "node-05"]
+
+
+def be(name: str, **kw) -> BackendConfig:
+    """A backend with every verb, at URL (the judges read its name, target, mode and weight)."""
+    fields = dict(url_prefix=URL, weight=1, node_cache_capable=True, filter_verb="filter",
+                  prioritize_verb="prioritize", preempt_verb="preempt", bind_verb="bind")
+    return BackendConfig(name=name, **{**fields, **kw})
 
 
 def fx(name: str) -> bytes:
@@ -23,7 +32,7 @@ def kinds(v) -> list[str]:
 
 
 def results(v) -> dict:
-    return {d["node"]: (d["result"], d["reason"]) for d in v.decisions}
+    return {d.node: (d.result, d.reason) for d in v.decisions}
 
 
 # ------------------------------------------------------------------ common rules
@@ -33,10 +42,10 @@ def results(v) -> dict:
 @pytest.mark.parametrize(
     "call, verb",
     [
-        (lambda s, b: judge_filter("b", True, NAMES, s, b, URL), "filter"),
-        (lambda s, b: judge_prioritize("b", 1, NAMES, s, b, URL), "prioritize"),
-        (lambda s, b: judge_bind("b", s, b, URL), "bind"),
-        (lambda s, b: judge_preempt("b", {"node-02": ["u"]}, s, b, URL), "preempt"),
+        (lambda s, b: judge_filter(be("b", node_cache_capable=True), NAMES, s, b), "filter"),
+        (lambda s, b: judge_prioritize(be("b", weight=1), NAMES, s, b), "prioritize"),
+        (lambda s, b: judge_bind(be("b"), s, b), "bind"),
+        (lambda s, b: judge_preempt(be("b"), {"node-02": ["u"]}, s, b), "preempt"),
     ],
 )
 def test_it_fails_every_non_200(call, verb, status):
@@ -54,9 +63,9 @@ def test_it_fails_every_non_200(call, verb, status):
 @pytest.mark.parametrize(
     "call",
     [
-        lambda b: judge_filter("b", True, NAMES, 200, b, URL),
-        lambda b: judge_bind("b", 200, b, URL),
-        lambda b: judge_preempt("b", {"node-02": ["u"]}, 200, b, URL),
+        lambda b: judge_filter(be("b", node_cache_capable=True), NAMES, 200, b),
+        lambda b: judge_bind(be("b"), 200, b),
+        lambda b: judge_preempt(be("b"), {"node-02": ["u"]}, 200, b),
     ],
 )
 def test_it_fails_undecodable_bodies(call, body, kind):
@@ -68,8 +77,8 @@ def test_it_fails_undecodable_bodies(call, body, kind):
 @pytest.mark.parametrize(
     "call",
     [
-        lambda b: judge_filter("b", True, NAMES, 200, b, URL),
-        lambda b: judge_bind("b", 200, b, URL),
+        lambda b: judge_filter(be("b", node_cache_capable=True), NAMES, 200, b),
+        lambda b: judge_bind(be("b"), 200, b),
     ],
 )
 def test_it_fails_error_under_200(call):
@@ -80,16 +89,16 @@ def test_it_fails_error_under_200(call):
 
 def test_it_ignores_error_keys_in_preempt_replies():
     # ExtenderPreemptionResult has no Error field: the key is unknown and ignored
-    v = judge_preempt("b", {"node-02": ["u"]}, 200, b'{"Error":"boom"}', URL)
+    v = judge_preempt(be("b"), {"node-02": ["u"]}, 200, b'{"Error":"boom"}')
     assert (v.outcome, v.error) == ("ok", "")
-    assert judge_preempt("b", {"node-02": ["u"]}, 200, b'{"Error":5}', URL).outcome == "ok"
+    assert judge_preempt(be("b"), {"node-02": ["u"]}, 200, b'{"Error":5}').outcome == "ok"
 
 
 def test_it_accepts_trailing_bytes_and_null_bodies():
-    v = judge_bind("b", 200, b'{"Error":""} garbage', URL)
+    v = judge_bind(be("b"), 200, b'{"Error":""} garbage')
     assert (v.outcome, v.error) == ("ok", "")
-    assert judge_bind("b", 200, b"null", URL).outcome == "ok"
-    f = judge_filter("b", True, NAMES, 200, b"null", URL)
+    assert judge_bind(be("b"), 200, b"null").outcome == "ok"
+    f = judge_filter(be("b", node_cache_capable=True), NAMES, 200, b"null")
     assert f.outcome == "ok" and f.passed == [] and "no-list" in kinds(f)
 
 
@@ -97,24 +106,24 @@ def test_it_accepts_trailing_bytes_and_null_bodies():
 
 
 def test_it_reads_the_filter_fixture_in_names_mode():
-    v = judge_filter("gpu", True, NAMES, 200, fx("filter-result.nodecache-true.json"), URL)
+    v = judge_filter(be("gpu", node_cache_capable=True), NAMES, 200, fx("filter-result.nodecache-true.json"))
     assert v.outcome == "ok" and v.findings == []
     assert v.passed == ["node-01", "node-03"]
     assert v.failed == {"node-02": "example.com/gpu: 2 of 4 devices are held by lower-priority pods; need 2 free"}
     assert set(v.unresolvable) == {"node-04", "node-05"}
-    assert [d["result"] for d in v.decisions] == ["passed", "failed", "passed", "unresolvable", "unresolvable"]
-    assert all(d["backend"] == "gpu" and d["score"] is None for d in v.decisions)
+    assert [d.result for d in v.decisions] == ["passed", "failed", "passed", "unresolvable", "unresolvable"]
+    assert all(d.backend == "gpu" and d.score is None for d in v.decisions)
 
 
 def test_it_reads_the_filter_fixture_in_objects_mode():
-    v = judge_filter("gpu", False, NAMES, 200, fx("filter-result.nodecache-false.json"), URL)
+    v = judge_filter(be("gpu", node_cache_capable=False), NAMES, 200, fx("filter-result.nodecache-false.json"))
     assert v.outcome == "ok" and v.findings == []
     assert v.passed == ["node-01", "node-03"]
     assert results(v)["node-04"][0] == "unresolvable"
 
 
 def test_it_reads_the_legacy_lowercase_filter_fixture():
-    v = judge_filter("gpu", True, NAMES, 200, fx("filter-result.legacy-lowercase-keys.json"), URL)
+    v = judge_filter(be("gpu", node_cache_capable=True), NAMES, 200, fx("filter-result.legacy-lowercase-keys.json"))
     assert v.outcome == "ok"
     assert v.passed == ["node-01", "node-03"]
     assert results(v)["node-02"][0] == "failed"
@@ -124,7 +133,7 @@ def test_it_reads_the_legacy_lowercase_filter_fixture():
 
 
 def test_it_fails_the_filter_error_fixture():
-    v = judge_filter("gpu", True, NAMES, 200, fx("filter-result.error.json"), URL)
+    v = judge_filter(be("gpu", node_cache_capable=True), NAMES, 200, fx("filter-result.error.json"))
     assert (v.outcome, v.error) == ("error", "gpu inventory unavailable: upstream timeout after 2s")
 
 
@@ -158,7 +167,7 @@ def _nodes(*names: str) -> dict:
 )
 def test_it_applies_the_filter_list_truth_table(mode, reply, outcome, passed, finding):
     reply = {**reply, "FailedNodes": {n: "no" for n in NAMES if n not in json.dumps(reply)}}
-    v = judge_filter("b", mode, NAMES, 200, json.dumps(reply).encode(), URL)
+    v = judge_filter(be("b", node_cache_capable=mode), NAMES, 200, json.dumps(reply).encode())
     assert v.outcome == outcome
     if outcome == "error":
         assert v.error == (
@@ -169,7 +178,7 @@ def test_it_applies_the_filter_list_truth_table(mode, reply, outcome, passed, fi
         assert v.passed == passed
         assert len(v.decisions) == len(NAMES)
         for d in v.decisions:
-            assert d["result"] == ("passed" if d["node"] in passed else "failed")
+            assert d.result == ("passed" if d.node in passed else "failed")
     if finding:
         assert finding in kinds(v)
     else:
@@ -189,7 +198,7 @@ def test_it_applies_the_filter_list_truth_table(mode, reply, outcome, passed, fi
 def test_it_gives_unresolvable_precedence(failed, unres, node02):
     body = json.dumps({"NodeNames": ["node-01"], "FailedNodes": failed,
                        "FailedAndUnresolvableNodes": unres}).encode()
-    v = judge_filter("b", True, ["node-01", "node-02"], 200, body, URL)
+    v = judge_filter(be("b", node_cache_capable=True), ["node-01", "node-02"], 200, body)
     assert results(v)["node-02"] == node02
     assert results(v)["node-01"] == ("passed", None)
     if node02[0] == "unresolvable":
@@ -199,7 +208,7 @@ def test_it_gives_unresolvable_precedence(failed, unres, node02):
 
 def test_it_notes_failure_names_outside_the_input_and_passed_and_failed():
     body = json.dumps({"NodeNames": ["node-01"], "FailedNodes": {"node-01": "x", "ghost": "y"}}).encode()
-    v = judge_filter("b", True, ["node-01"], 200, body, URL)
+    v = judge_filter(be("b", node_cache_capable=True), ["node-01"], 200, body)
     assert v.outcome == "ok" and v.passed == ["node-01"]
     assert set(kinds(v)) == {"unknown-failed-name", "passed-and-failed"}
 
@@ -209,10 +218,10 @@ def test_it_notes_failure_names_outside_the_input_and_passed_and_failed():
 
 def test_it_reads_the_prioritize_fixtures():
     for name in ("prioritize-result.json", "prioritize-result.legacy-lowercase-keys.json"):
-        v = judge_prioritize("b", 5, ["node-01", "node-03"], 200, fx(name), URL)
+        v = judge_prioritize(be("b", weight=5), ["node-01", "node-03"], 200, fx(name))
         assert v.outcome == "ok" and v.findings == []
         assert v.scores == {"node-01": 8, "node-03": 3}
-        assert [(d["node"], d["result"], d["score"], d["weighted_score"]) for d in v.decisions] == [
+        assert [(d.node, d.result, d.score, d.weighted_score) for d in v.decisions] == [
             ("node-01", "scored", 8, 400), ("node-03", "scored", 3, 150)]
 
 
@@ -223,7 +232,7 @@ def test_it_reads_the_prioritize_fixtures():
 )
 def test_it_discards_the_whole_reply_for_non_integer_scores(score, kind):
     body = b'[{"Host":"node-01","Score":8},{"Host":"node-03","Score":' + score + b"}]"
-    v = judge_prioritize("b", 1, ["node-01", "node-03"], 200, body, URL)
+    v = judge_prioritize(be("b", weight=1), ["node-01", "node-03"], 200, body)
     assert v.outcome == "error" and v.decisions == [] and v.scores is None
     assert kinds(v) == [kind]
     assert v.error.startswith("json: cannot unmarshal ")
@@ -245,18 +254,18 @@ def test_it_discards_the_whole_reply_for_non_integer_scores(score, kind):
     ],
 )
 def test_it_applies_the_prioritize_truth_table(reply, weight, scores, reasons, found):
-    v = judge_prioritize("b", weight, ["a", "b"], 200, json.dumps(reply).encode(), URL)
+    v = judge_prioritize(be("b", weight=weight), ["a", "b"], 200, json.dumps(reply).encode())
     assert v.outcome == "ok"
     assert v.scores == scores
-    assert {d["node"]: d["reason"] for d in v.decisions} == reasons
-    assert {d["node"]: d["weighted_score"] for d in v.decisions} == {
+    assert {d.node: d.reason for d in v.decisions} == reasons
+    assert {d.node: d.weighted_score for d in v.decisions} == {
         n: s * weight * 10 for n, s in scores.items()}
     assert kinds(v) == found
 
 
 def test_it_fails_prioritize_on_empty_body_and_object_reply():
-    assert kinds(judge_prioritize("b", 1, ["a"], 200, b"", URL)) == ["empty-body"]
-    v = judge_prioritize("b", 1, ["a"], 200, b'{"Host":"a","Score":1}', URL)
+    assert kinds(judge_prioritize(be("b", weight=1), ["a"], 200, b"")) == ["empty-body"]
+    v = judge_prioritize(be("b", weight=1), ["a"], 200, b'{"Host":"a","Score":1}')
     assert v.outcome == "error" and kinds(v) == ["undecodable"]
 
 
@@ -276,7 +285,7 @@ def test_it_fails_prioritize_on_empty_body_and_object_reply():
     ],
 )
 def test_it_judges_bind_replies(body, outcome, error):
-    v = judge_bind("b", 200, body, URL)
+    v = judge_bind(be("b"), 200, body)
     assert (v.outcome, v.error, v.decisions) == (outcome, error, [])
 
 
@@ -287,7 +296,7 @@ INPUT = {"node-02": ["e22bba58-41e9-514f-be15-cdca249f41b7"],
 
 
 def test_it_reads_the_preempt_fixture():
-    v = judge_preempt("b", INPUT, 200, fx("preempt-result.json"), URL)
+    v = judge_preempt(be("b"), INPUT, 200, fx("preempt-result.json"))
     assert v.outcome == "ok" and v.findings == []
     assert v.victims == {"node-02": MetaVictims(["e22bba58-41e9-514f-be15-cdca249f41b7"], 0)}
     assert results(v) == {"node-02": ("passed", "victims: e22bba58-41e9-514f-be15-cdca249f41b7"),
@@ -324,13 +333,13 @@ def _pre(m) -> bytes:
     ],
 )
 def test_it_applies_the_preempt_truth_table(body, outcome, error, found):
-    v = judge_preempt("b", INPUT, 200, body, URL)
+    v = judge_preempt(be("b"), INPUT, 200, body)
     assert (v.outcome, v.error) == (outcome, error)
     assert kinds(v) == found
     if outcome == "ok":
-        assert [d["node"] for d in v.decisions] == list(INPUT)
+        assert [d.node for d in v.decisions] == list(INPUT)
         for d in v.decisions:
-            assert d["result"] == ("passed" if d["node"] in v.victims else "failed")
+            assert d.result == ("passed" if d.node in v.victims else "failed")
     else:
         assert v.decisions == [] and v.victims is None
 
@@ -338,7 +347,7 @@ def test_it_applies_the_preempt_truth_table(body, outcome, error, found):
 def test_it_keeps_reported_pdb_violations_as_given():
     body = _pre({"node-03": {"Pods": [{"UID": INPUT["node-03"][1]}, {"UID": INPUT["node-03"][0]}],
                              "NumPDBViolations": 7}})
-    v = judge_preempt("b", INPUT, 200, body, URL)
+    v = judge_preempt(be("b"), INPUT, 200, body)
     assert v.victims["node-03"] == MetaVictims([INPUT["node-03"][1], INPUT["node-03"][0]], 7)
     assert results(v)["node-03"][1] == f"victims: {INPUT['node-03'][1]}, {INPUT['node-03'][0]}"
 
@@ -358,3 +367,11 @@ def test_it_makes_error_text_survive_the_schedulers_fmt_errorf(text):
 
     assert fmt_errorf(go_format_safe(text)) == text
     assert fmt_errorf(error_text("gpu", text)) == f"extproxy: backend gpu: {text}"
+
+
+def test_it_encodes_decisions_as_the_stored_json_objects():
+    v = judge_prioritize(be("b", weight=2), ["node-01"], 200, b'[{"Host":"node-01","Score":3}]')
+    stored = msgspec.json.encode(v.decisions)
+    assert stored == (b'[{"node":"node-01","backend":"b","result":"scored","reason":null,"score":3,'
+                      b'"weighted_score":60}]')
+    assert json.loads(stored)[0]["result"] == Result.SCORED == "scored"
