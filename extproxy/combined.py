@@ -57,18 +57,23 @@ class Combined:
             self._node_cache = NodeCache().start()
         return self._node_cache
 
-    def args_for(self, config: BackendConfig, args: protocol.RawArgs, names: list[str], body: bytes) -> bytes | str:
-        """The request for one backend in its own mode, or the reason it cannot be built."""
+    def args_for(
+        self, config: BackendConfig, args: protocol.RawArgs, names: list[str], items: list[bytes] | None, body: bytes
+    ) -> bytes | str:
+        """The request for one backend in its own mode, or the reason it cannot be built.
+
+        ``items``: the Node objects the scheduler would hold for ``names`` now (bytes: the
+        request's own, or those an earlier backend returned), None when not known.
+        """
         same_list = names == args.node_names
         if config.node_cache_capable:
             if same_list and args.items is None:
                 return body  # nothing to convert: forward the scheduler's bytes
             return protocol.join_extender_args(args.pod_raw, names=names)
-        if args.items is not None:
-            if same_list:
-                return body
-            by_name = dict(zip(args.node_names, args.items))
-            return protocol.join_extender_args(args.pod_raw, items=[by_name[n] for n in names if n in by_name])
+        if items is not None:
+            if same_list and items == args.items:
+                return body  # the scheduler's own objects, unchanged: its bytes as they came
+            return protocol.join_extender_args(args.pod_raw, items=items)
         found, missing = self.node_cache().get_many(names)
         if missing:
             return f"no Node object for {len(missing)} node(s) (e.g. {missing[0]}) in the node cache"
@@ -96,27 +101,25 @@ class Combined:
         if self.parallel_filter:
             result = await self._parallel_filter(args, body, backends, children)
         else:
-            chain = semantics.FilterChain(args.node_names)
+            chain = semantics.FilterChain(args.node_names, items=args.items)
             for config in backends:
                 if chain.done:
                     break
-                request = self.args_for(config, args, chain.remaining, body)
+                request = self.args_for(config, args, chain.remaining, chain.remaining_items, body)
                 exchange = await self.exchange(config, Verb.FILTER, request)
                 verdict = chain.judge(config, exchange.status, exchange.body) if exchange.status is not None else None
                 chain.apply(config, verdict, exchange.error)
                 children.append(self.child(config, Verb.FILTER, request, exchange))
-                self._learn_objects(args, config, verdict, exchange)
             result = chain.result()
         if result.error:
             return Reply(200, protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error)), children
-        if args.items is not None:
-            by_name = dict(zip(args.node_names, args.items))
-            items = [by_name[n] for n in result.passed if n in by_name]
-            return Reply(200, protocol.join_filter_result(None, items, result.failed, result.unresolvable)), children
+        if not args.names_mode and result.items is not None:
+            # Full mode: the objects the scheduler would now hold, returned ones included.
+            return Reply(200, protocol.join_filter_result(None, result.items, result.failed, result.unresolvable)), children
         return Reply(200, protocol.join_filter_result(result.passed, None, result.failed, result.unresolvable)), children
 
     async def _parallel_filter(self, args, body, backends, children) -> semantics.CombinedFilter:
-        requests = [self.args_for(c, args, args.node_names, body) for c in backends]
+        requests = [self.args_for(c, args, args.node_names, args.items, body) for c in backends]
         exchanges = await asyncio.gather(*(self.exchange(c, Verb.FILTER, r) for c, r in zip(backends, requests)))
         results = []
         for config, request, exchange in zip(backends, requests, exchanges):
@@ -125,33 +128,14 @@ class Combined:
                 verdict = semantics.judge_filter(config, args.node_names, exchange.status, exchange.body)
             results.append((config, verdict, exchange.error))
             children.append(self.child(config, Verb.FILTER, request, exchange, verdict))
-            self._learn_objects(args, config, verdict, exchange)
-        return semantics.parallel_filter(args.node_names, results)
-
-    @staticmethod
-    def _learn_objects(args: protocol.RawArgs, config, verdict, exchange) -> None:
-        """A full-mode backend may return Node objects not in the input; the scheduler keeps them."""
-        if args.items is None or config.node_cache_capable or verdict is None or verdict.outcome != "ok":
-            return
-        known = set(args.node_names)
-        if not any(n not in known for n in verdict.passed or ()):
-            return
-        try:
-            result = protocol.split_extender_args(exchange.body)  # a FilterResult also has Nodes
-        except protocol.ProtocolError:
-            return
-        for name, item in zip(result.node_names, result.items or ()):
-            if name not in known:
-                args.node_names.append(name)
-                args.items.append(item)
-                known.add(name)
+        return semantics.parallel_filter(args.node_names, results, args.items)
 
     async def prioritize(self, body: bytes) -> Handled:
         args = protocol.split_extender_args(body)
         self.pods.remember(args.pod)
         feasible = args.node_names
         backends = semantics.interested(self.configs, args.pod, Verb.PRIORITIZE)
-        requests = [self.args_for(c, args, feasible, body) for c in backends]
+        requests = [self.args_for(c, args, feasible, args.items, body) for c in backends]
         exchanges = await asyncio.gather(*(self.exchange(c, Verb.PRIORITIZE, r) for c, r in zip(backends, requests)))
         results = []
         for config, exchange in zip(backends, exchanges):

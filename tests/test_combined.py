@@ -95,6 +95,74 @@ def test_it_runs_the_filter_chain_as_the_scheduler_does(backend_server, proxy, w
     assert by[("combined", "node-01")] == "passed"
 
 
+def labelling(label: str):
+    """A mode-false filter backend that passes every node with `label` added, as objects it returns
+    in its own spelling (json.dumps with spaces: a proxy that re-encoded them would show)."""
+
+    def behave(handler, body):
+        items = json.loads(body)["Nodes"]["items"]
+        for node in items:
+            node["metadata"].setdefault("labels", {})[label] = "yes"
+        result = {"Nodes": {"metadata": {}, "items": items}, "NodeNames": None, "FailedNodes": {}, "Error": ""}
+        handler.answer(200, json.dumps(result).encode())
+
+    return behave
+
+
+def requiring(label: str):
+    """A mode-false filter backend that passes only nodes carrying `label`, returning them as sent."""
+
+    def behave(handler, body):
+        items = json.loads(body)["Nodes"]["items"]
+        kept = [n for n in items if label in (n["metadata"].get("labels") or {})]
+        failed = {n["metadata"]["name"]: f"no {label} label" for n in items if n not in kept}
+        result = {"Nodes": {"metadata": {}, "items": kept}, "NodeNames": None, "FailedNodes": failed, "Error": ""}
+        handler.answer(200, json.dumps(result).encode())
+
+    return behave
+
+
+def test_it_sends_the_next_backend_the_node_objects_the_previous_one_returned(
+    backend_server, proxy, write_config, admin_client
+):
+    label = "example.com/checked"
+    a = backend_server({"filter": labelling(label)})
+    b = backend_server({"filter": requiring(label)})
+    server = proxy(write_config({"backends": [
+        backend("a", a, filterVerb="filter"), backend("b", b, filterVerb="filter"),
+    ]}))
+    request = fixture_json(FULL)
+    names = [n["metadata"]["name"] for n in request["Nodes"]["items"]]
+
+    response = post(server, "filter", json.dumps(request).encode())
+
+    # b read the label a set: every node passes, and the scheduler gets the objects a returned.
+    result = response.json()
+    assert response.status_code == 200 and result["Error"] == "" and result["FailedNodes"] == {}
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == names
+    assert all(n["metadata"]["labels"][label] == "yes" for n in result["Nodes"]["items"])
+    # ... as bytes: a's objects reach b exactly as a wrote them, not re-encoded.
+    returned = json.loads(_reply_of(a, labelling(label)))["Nodes"]["items"]
+    b_request = b.received[0][1]
+    assert all(json.dumps(n).encode() in b_request for n in returned)
+
+    call = combined_call(admin_client, server)
+    by = {(d["backend"], d["node"]): d["result"] for d in call["decisions"]}
+    assert all(by[("b", n)] == "passed" and by[("combined", n)] == "passed" for n in names)
+
+
+def _reply_of(server, behaviour) -> bytes:
+    """What `behaviour` answered to the first request `server` received (it is deterministic)."""
+
+    class Capture:
+        def answer(self, status, body, content_type="application/json"):
+            self.body = body
+
+    capture = Capture()
+    behaviour(capture, server.received[0][1])
+    return capture.body
+
+
 def test_it_fails_the_attempt_when_a_non_ignorable_filter_fails(backend_server, proxy, write_config, admin_client):
     a = backend_server({"filter": reply(200, {"Error": "gpu inventory unavailable"})})
     b = backend_server({"filter": pass_all})

@@ -35,8 +35,11 @@ Choices where the scheduler's behaviour needed interpretation
   combined reply carries it too, so the scheduler sets the same status.
 * A backend's failure maps may name nodes it was not sent (the scheduler does not check);
   they are applied like any other entry.
-* Mode false (nodeCacheCapable: false): names a backend returns that were not in its input
-  are kept, as the scheduler keeps the returned Node objects.
+* Mode false (nodeCacheCapable: false): the scheduler takes the returned Node objects (§4.3,
+  §5 item 5): names a backend returns that were not in its input are kept, and the returned
+  objects, changed or not, are what the next backend is sent and what the scheduler scores
+  and binds on. The filter chain carries them (``FilterChain.remaining_items``,
+  ``CombinedFilter.items``) so the combined form forwards and answers them.
 * Error texts: `error` is the backend's text as judged. What the proxy must put in its own
   Error field for the scheduler to end with the same text is `reply_error`: an Error field
   from a backend is passed verbatim (the scheduler uses it as a format string either way),

@@ -33,6 +33,9 @@ class CombinedFilter:
     error: str = ""
     reply_error: str = ""
     error_backend: str = ""
+    # The Node objects the scheduler would hold for ``passed`` (bytes, in that order): what a
+    # full-object answer must carry. None when they are not known (names throughout).
+    items: list[bytes] | None = None
 
 
 @dataclass
@@ -43,6 +46,7 @@ class _Reading:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
+    items: list[bytes] | None = None  # the returned Node objects, when the scheduler takes them
 
 
 def _reading(verdict: Verdict | None, transport_error: str) -> _Reading:
@@ -50,7 +54,25 @@ def _reading(verdict: Verdict | None, transport_error: str) -> _Reading:
         return _Reading(error=transport_error or "no answer")
     if verdict.outcome != Outcome.OK:
         return _Reading(error=verdict.error)
-    return _Reading("", list(verdict.passed or []), dict(verdict.failed or {}), dict(verdict.unresolvable or {}))
+    return _Reading(
+        "", list(verdict.passed or []), dict(verdict.failed or {}), dict(verdict.unresolvable or {}),
+        verdict.passed_items,
+    )
+
+
+def _objects_after(sent: list[str], objects: list[bytes] | None, reading: _Reading) -> list[bytes] | None:
+    """The Node objects the scheduler holds after one backend's answer (§4.3, §5 item 5).
+
+    Returned objects (the scheduler read ``Nodes``) replace its own, whatever they say: the next
+    extender is sent them, and scoring and binding use them. Returned names (a mode-true
+    backend's ``NodeNames``, all among those it was sent) keep the objects it had for them.
+    """
+    if reading.items is not None:
+        return list(reading.items)
+    if objects is None:
+        return None
+    held = dict(zip(sent, objects))
+    return [held[name] for name in reading.passed]
 
 
 class _Statuses:
@@ -81,17 +103,29 @@ class FilterChain(Chain):
     names outside its input are kept). The chain is ``done`` once nothing is left
     (no further calls) or a non-ignorable backend failed (the attempt fails with that error).
     An ignorable backend's failure is skipped with the list unchanged.
+
+    ``items`` are the scheduler's Node objects for ``input_names`` (bytes), when known; the chain
+    carries them as the scheduler does (``remaining_items``): a backend's returned objects
+    replace them for the backends after it and in the answer.
     """
 
-    def __init__(self, input_names: list[str], backends: Sequence[BackendConfig] = ()) -> None:
+    def __init__(
+        self, input_names: list[str], backends: Sequence[BackendConfig] = (), items: list[bytes] | None = None
+    ) -> None:
         super().__init__(backends)
         self._remaining = list(input_names)
+        self._items = list(items) if items is not None else None
         self._statuses = _Statuses()
         self.reply_error = ""
 
     @property
     def remaining(self) -> list[str]:
         return list(self._remaining)
+
+    @property
+    def remaining_items(self) -> list[bytes] | None:
+        """The Node objects the scheduler holds for ``remaining`` (None: not known)."""
+        return list(self._items) if self._items is not None else None
 
     def _exhausted(self) -> bool:
         return not self._remaining
@@ -108,16 +142,20 @@ class FilterChain(Chain):
             self.reply_error = reply_error_text(verdict, transport_error)
             return
         self._statuses.write(reading.failed, reading.unresolvable)
+        self._items = _objects_after(self._remaining, self._items, reading)
         self._remaining = reading.passed
 
     def result(self) -> CombinedFilter:
         failed, unres = self._statuses.maps()
-        passed = [] if self.error else list(self._remaining)
-        return CombinedFilter(passed, failed, unres, self.error, self.reply_error, self.error_backend)
+        if self.error:
+            return CombinedFilter([], failed, unres, self.error, self.reply_error, self.error_backend)
+        return CombinedFilter(list(self._remaining), failed, unres, items=self.remaining_items)
 
 
 def parallel_filter(
-    input_names: list[str], results: Sequence[tuple[BackendConfig, Verdict | None, str]]
+    input_names: list[str],
+    results: Sequence[tuple[BackendConfig, Verdict | None, str]],
+    items: list[bytes] | None = None,
 ) -> CombinedFilter:
     """The ``parallelFilter: true`` option: every backend was sent the full input at once.
 
@@ -141,9 +179,13 @@ def parallel_filter(
     and every backend was called, so each one's latency and side effects happened. When
     backends are deterministic and decide each node independently of the rest of the list, the
     passed list, the failure maps and the error are those of the chain.
+
+    Node objects (``items``, for ``input_names``): a backend's returned objects replace those
+    held for the names it kept, in scheduler order; every backend was sent the original ones.
     """
     input_set = set(input_names)
     remaining = list(input_names)
+    held = dict(zip(input_names, items)) if items is not None else None
     statuses = _Statuses()
     error = reply = error_backend = ""
     for backend, verdict, transport_error in results:
@@ -165,6 +207,13 @@ def parallel_filter(
             {n: r for n, r in full.failed.items() if asked(n)},
             {n: r for n, r in full.unresolvable.items() if asked(n)},
         )
+        if full.items is not None:
+            returned = {n: item for n, item in zip(full.passed, full.items) if asked(n)}
+            held = {**(held or {}), **returned}
         remaining = passed
     failed_map, unres_map = statuses.maps()
-    return CombinedFilter([] if error else remaining, failed_map, unres_map, error, reply, error_backend)
+    if error:
+        return CombinedFilter([], failed_map, unres_map, error, reply, error_backend)
+    known = held is not None and all(n in held for n in remaining)
+    final = [held[n] for n in remaining] if held is not None and known else None
+    return CombinedFilter(remaining, failed_map, unres_map, items=final)

@@ -49,6 +49,9 @@ class Verdict:
     decisions: list[Decision]
     findings: list[dict]  # {"kind","detail"}: protocol breaches worth showing, even when ok
     passed: list[str] | None = None  # filter: names that pass, as the scheduler would take them
+    # filter, when the scheduler takes the returned Node objects (mode false, or no NodeNames):
+    # each passed node's object as the backend returned it, bytes; None when it keeps its own.
+    passed_items: list[bytes] | None = None
     failed: dict[str, str] | None = None  # filter: Unschedulable reasons (after precedence)
     unresolvable: dict[str, str] | None = None  # filter: UnschedulableAndUnresolvable reasons
     scores: dict[str, int] | None = None  # prioritize: raw Score per input host (summed)
@@ -118,6 +121,7 @@ def judge_filter(
 
     input_set = set(input_names)
     passed: list[str]
+    passed_items: list[bytes] | None = None
     if backend.node_cache_capable and r.node_names is not None:
         outside = set(r.node_names) - input_set
         for name in r.node_names if outside else ():  # the first one outside, in reply order
@@ -132,6 +136,7 @@ def judge_filter(
                 )
         passed = list(r.node_names)
     elif r.nodes is not None:
+        passed_items = r.node_items
         passed = []
         for node in r.nodes:
             md = node.get("metadata") if isinstance(node, dict) else None
@@ -203,6 +208,7 @@ def judge_filter(
         passed=passed,
         failed=failed,
         unresolvable=unresolvable,
+        passed_items=passed_items,
     )
 
 

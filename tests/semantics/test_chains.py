@@ -227,6 +227,107 @@ def test_it_escapes_reply_errors_so_the_scheduler_prints_the_same(verdict, trans
     assert reply_error_text(verdict, transport) == expected
 
 
+# ------------------------------------------------------------------ returned Node objects (mode false)
+
+
+def obj(name: str, **labels: str) -> bytes:
+    """A Node object as bytes, in a spelling no encoder of ours writes (so a re-encoding shows)."""
+    return json.dumps({"metadata": {"name": name, "labels": labels}}, separators=(", ", ": ")).encode()
+
+
+ORIGINAL = {n: obj(n) for n in ("n1", "n2", "n3")}
+MARKED = {n: obj(n, checked="yes") for n in ("n1", "n2", "n3")}
+
+
+def objects(*items: bytes) -> tuple[int, bytes]:
+    """A mode-false reply returning exactly these Node objects."""
+    return 200, b'{"Nodes": {"metadata": {}, "items": [' + b", ".join(items) + b']}, "FailedNodes": {}}'
+
+
+def names_reply(*names: str) -> tuple[int, bytes]:
+    return 200, freply(list(names))
+
+
+def echo(sent_names, sent_items) -> tuple[int, bytes]:
+    """A mode-false backend that passes every object it was sent, as sent."""
+    return objects(*sent_items)
+
+
+def run_objects(steps, names=("n1", "n2", "n3"), items=tuple(ORIGINAL.values())):
+    """steps: [(backend, answer)], answer a (status, body) or a function of what the backend was sent."""
+    chain = FilterChain(list(names), items=list(items) if items is not None else None)
+    sent = []
+    for backend, answer in steps:
+        if chain.done:
+            break
+        sent.append((chain.remaining, chain.remaining_items))
+        status, body = answer(chain.remaining, chain.remaining_items) if callable(answer) else answer
+        chain.apply(backend, chain.judge(backend, status, body))
+    return chain.result(), sent
+
+
+FALSE, TRUE = be("a", node_cache_capable=False), be("b", node_cache_capable=True)
+FALSE_B, FALSE_IGNORABLE = be("b", node_cache_capable=False), be("b", node_cache_capable=False, ignorable=True)
+
+
+@pytest.mark.parametrize(
+    "steps, second_sent, answer",
+    [
+        # returned objects replace the scheduler's: the next backend gets them, and so does the answer
+        ([(FALSE, objects(*MARKED.values())), (FALSE_B, echo)], list(MARKED.values()), list(MARKED.values())),
+        # a mode-true backend after: the scheduler keeps the returned objects for the names it passes
+        ([(FALSE, objects(MARKED["n1"], MARKED["n2"])), (TRUE, names_reply("n2"))],
+         [MARKED["n1"], MARKED["n2"]], [MARKED["n2"]]),
+        # a mode-true backend first: the scheduler's own objects, for the names it passed
+        ([(TRUE, names_reply("n1", "n3")), (FALSE_B, echo)], [ORIGINAL["n1"], ORIGINAL["n3"]],
+         [ORIGINAL["n1"], ORIGINAL["n3"]]),
+        # an ignorable backend that fails changes nothing
+        ([(FALSE, objects(*MARKED.values())), (FALSE_IGNORABLE, (500, b""))], list(MARKED.values()),
+         list(MARKED.values())),
+        # an object for a name outside the input is kept, and sent on
+        ([(FALSE, objects(ORIGINAL["n1"], obj("zz"))), (FALSE_B, echo)], [ORIGINAL["n1"], obj("zz")],
+         [ORIGINAL["n1"], obj("zz")]),
+        # the second backend's own returned objects are what the scheduler ends with
+        ([(FALSE, objects(*MARKED.values())), (FALSE_B, objects(ORIGINAL["n2"]))], list(MARKED.values()),
+         [ORIGINAL["n2"]]),
+    ],
+)
+def test_it_carries_returned_node_objects_along_the_chain(steps, second_sent, answer):
+    res, sent = run_objects(steps)
+    assert sent[0][1] == list(ORIGINAL.values())
+    assert sent[1][1] == second_sent
+    assert res.error == "" and res.items == answer
+    assert res.passed == [json.loads(item)["metadata"]["name"] for item in answer]
+
+
+def test_it_knows_node_objects_once_a_backend_returns_them_in_names_mode():
+    res, sent = run_objects([(FALSE, objects(MARKED["n1"])), (FALSE_B, echo)], items=None)
+    assert sent[0][1] is None and sent[1][1] == [MARKED["n1"]] and res.items == [MARKED["n1"]]
+    res, _ = run_objects([(TRUE, names_reply("n1"))], items=None)
+    assert res.passed == ["n1"] and res.items is None
+
+
+def test_it_answers_no_objects_when_the_chain_fails():
+    res, _ = run_objects([(FALSE, objects(*MARKED.values())), (TRUE, (500, b""))])
+    assert res.error and res.passed == [] and res.items is None
+
+
+@pytest.mark.parametrize(
+    "b, second, answer",
+    [
+        (TRUE, names_reply("n1"), [MARKED["n1"]]),  # names: the objects held, the first backend's
+        (FALSE_B, objects(ORIGINAL["n2"]), [ORIGINAL["n2"]]),  # objects: the later backend's, in order
+    ],
+)
+def test_parallel_filter_carries_returned_node_objects(b, second, answer):
+    a = FALSE
+    names = ["n1", "n2", "n3"]
+    results = [(a, judge_filter(a, names, *objects(MARKED["n1"], MARKED["n2"])), ""),
+               (b, judge_filter(b, names, *second), "")]
+    res = parallel_filter(names, results, list(ORIGINAL.values()))
+    assert res.items == answer
+
+
 # ------------------------------------------------------------------ parallel filter
 
 
