@@ -1,7 +1,7 @@
 """Dashboard pages, and the live feed's JSON history (the filters /api/calls/ lacks)."""
 from django.urls import path
 
-from . import views
+from . import audit_views, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -10,4 +10,5 @@ urlpatterns = [
     path("pods/<str:namespace>/<path:name>/", views.pod, name="pod"),
     path("backends/", views.backends, name="backends"),
     path("pending/", views.pending, name="pending"),
+    path("audit/", audit_views.audit, name="audit"),
 ]

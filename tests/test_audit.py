@@ -146,3 +146,29 @@ def test_it_lets_an_admin_role_into_the_admin_site_to_manage_users():
     assert client.get("/admin/auth/user/").status_code == 200
     run("user", "role", "boss", "--role", "viewer")
     assert client.get("/admin/auth/user/").status_code == 302  # no longer staff: back to the admin login
+
+
+def test_it_shows_auditors_the_trail_page_with_filters_exports_and_text_escaped():
+    from extproxy.audit import audit
+
+    audit(None, "login-failed", target="<script>alert(1)</script>", actor="", source="203.0.113.9")
+    audit(None, "export", target="calls as csv", actor="audrey", source="10.0.0.1", detail={"filters": {"node": "n1"}})
+    run("user", "add", "audrey", "--role", "auditor", "--password-stdin", stdin="pw\n")
+    client = Client()
+    assert client.login(username="audrey", password="pw")
+    page = client.get("/audit/").content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
+    assert "203.0.113.9" in page and "calls as csv" in page and 'href="/audit/"' in page
+    filtered = client.get("/audit/?action=export").content.decode()
+    assert "calls as csv" in filtered and "203.0.113.9" not in filtered
+    assert "/api/audit/export/?action=export&amp;format=csv" in filtered
+    bad = client.get("/audit/?since=last-week")
+    assert bad.status_code == 200 and "since: Enter a valid date/time." in bad.content.decode()
+
+
+def test_it_hides_the_audit_link_from_viewers():
+    run("user", "add", "val", "--role", "viewer", "--password-stdin", stdin="pw\n")
+    client = Client()
+    assert client.login(username="val", password="pw")
+    assert 'href="/audit/"' not in client.get("/pending/").content.decode()
+    assert client.get("/audit/").status_code == 403

@@ -45,6 +45,7 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "pods/<str:namespace>/<path:name>/": ("/pods/ml/trainer/", EVERYONE),
     "backends/": ("/backends/", EVERYONE),
     "pending/": ("/pending/", EVERYONE),
+    "audit/": ("/audit/", AUDITORS),
 }
 # Routes anyone may reach, and why.
 PUBLIC = {
