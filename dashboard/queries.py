@@ -16,8 +16,9 @@ from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
 from django.utils import timezone
 
 from extproxy.api.filters import filter_calls
-from extproxy.models import Call
-from extproxy.recorder import restore_body
+from extproxy.models import BackendCall, Call
+
+from . import records
 
 BODIES = ("request_body", "response_body", "decisions_blob")
 NODE_SCAN_LIMIT = 20_000  # calls looked at to answer a node filter
@@ -73,11 +74,9 @@ def feed_calls(params, limit: int) -> list[dict]:
 def _bound_node(call: Call) -> str | None:
     if call.verb != "bind":
         return None
-    call = Call.objects.only("request_body").get(pk=call.pk) if "request_body" in call.get_deferred_fields() else call
-    try:
-        return json.loads(restore_body(bytes(call.request_body), lambda refs: {})).get("Node")
-    except (ValueError, AttributeError):
-        return None
+    if "request_body" in call.get_deferred_fields():
+        call = Call.objects.only("request_body").get(pk=call.pk)
+    return records.bind_node(call.request_body)
 
 
 # --- a pod's attempts ----------------------------------------------------------------------
@@ -157,10 +156,21 @@ def node_verdicts(filter_calls_: list[Call]) -> tuple[list[str], list[str], dict
     return list(nodes), backends, nodes
 
 
-def reason_summary(filter_calls_: list[Call]) -> list[dict]:
-    """Per backend, like the scheduler's FailedScheduling message: "p/n passed: k reason, ..."."""
+def reason_summary(filter_calls_: list[Call], backends: dict | None = None) -> list[dict]:
+    """Per backend, like the scheduler's FailedScheduling message: "p/n nodes are available: k reason".
+
+    A call that failed has no verdicts to count: it is shown as the scheduler takes it, skipped
+    when its backend is ignorable, the attempt's error otherwise, never as n rejections.
+    """
+    backends = configured_backends() if backends is None else backends
     per_backend: OrderedDict[str, dict] = OrderedDict()
     for call in filter_calls_:
+        if call.outcome != "ok" and call.form != "combined":
+            ignorable = getattr(backends.get(call.backend), "ignorable", False)
+            what = "skipped (ignorable)" if ignorable else "failed the attempt"
+            per_backend[call.backend] = {"backend": call.backend, "total": call.node_count, "passed": None,
+                                         "reasons": [], "message": f"{call.outcome}, {what}: {call.error or call.outcome}"}
+            continue
         for d in call.decisions():
             backend = d.get("backend") or call.backend
             entry = per_backend.setdefault(backend, {"backend": backend, "total": 0, "passed": 0, "reasons": Counter()})
@@ -170,12 +180,11 @@ def reason_summary(filter_calls_: list[Call]) -> list[dict]:
             else:
                 entry["reasons"][d.get("reason") or "(no reason given)"] += 1
                 entry.setdefault("results", defaultdict(set))[d.get("reason") or "(no reason given)"].add(d["result"])
-        if call.outcome != "ok" and not call.decisions():
-            per_backend.setdefault(
-                call.backend, {"backend": call.backend, "total": call.node_count, "passed": 0, "reasons": Counter()}
-            )["reasons"][call.error or call.outcome] += call.node_count or 1
     out = []
     for entry in per_backend.values():
+        if "message" in entry:
+            out.append(entry)
+            continue
         results = entry.pop("results", {})
         reasons = [  # one line per reason, as the scheduler counts them
             {"result": ", ".join(sorted(results.get(reason, {"error"}))), "reason": reason, "count": count}
@@ -211,13 +220,11 @@ def score_matrix(prioritize_calls: list[Call]) -> tuple[list[str], list[dict]]:
 def pod_labels(calls: list[Call]) -> dict[str, str]:
     """The pod's labels as the newest of these (filter or prioritize) requests carried them."""
     for call in sorted(calls, key=lambda c: (c.started_at, c.id), reverse=True):
-        try:
-            pod = json.loads(restore_body(bytes(call.request_body), lambda refs: {})).get("Pod") or {}
-        except (ValueError, AttributeError):
+        if "request_body" in call.get_deferred_fields():
             continue
-        labels = (pod.get("metadata") or {}).get("labels")
-        if isinstance(labels, dict):
-            return {str(k): str(v) for k, v in labels.items()}
+        labels = records.pod_labels(call.request_body)
+        if labels is not None:
+            return labels
     return {}
 
 
@@ -226,6 +233,22 @@ def bound_node(calls: list[Call]) -> str | None:
         if call.verb == "bind" and call.outcome == "ok":
             return _bound_node(call)
     return None
+
+
+def attempt_calls(keys: list[str], requests: bool = False) -> dict[str, list[Call]]:
+    """The calls of these attempts with their decisions and backend calls (bodies left out, but
+    the stored requests with `requests`: Node objects stay references, so this stays cheap)."""
+    from django.db.models import Prefetch
+
+    children = Prefetch("backend_calls", queryset=BackendCall.objects.defer("request_body", "response_body"))
+    found: dict[str, list[Call]] = defaultdict(list)
+    wanted = [k for k in keys if not k.startswith("call-")]
+    singles = [int(k[5:]) for k in keys if k.startswith("call-") and k[5:].isdigit()]
+    queryset = Call.objects.filter(Q(attempt__in=wanted) | Q(id__in=singles))
+    deferred = ("response_body",) if requests else ("request_body", "response_body")
+    for call in queryset.defer(*deferred).prefetch_related(children):
+        found[call.attempt or f"call-{call.id}"].append(call)
+    return found
 
 
 # --- backends ------------------------------------------------------------------------------
@@ -319,33 +342,122 @@ def backend_findings(scan: int = 5000, examples: int = 3) -> dict[str, list[dict
     return {backend: list(kinds.values()) for backend, kinds in found.items()}
 
 
-# --- pending pods --------------------------------------------------------------------------
+# --- the pod's story and pending pods -------------------------------------------------------
 
 
-def pending_pods(scan: int = 20_000, limit: int = 200) -> list[dict]:
-    """Pods whose latest attempt left no feasible node (and did not bind), newest first."""
-    recent = Call.objects.order_by("-started_at", "-id").defer(*BODIES)[:scan]
-    latest: OrderedDict[tuple[str, str], str] = OrderedDict()  # pod -> its newest attempt key
-    attempts: dict[str, list[Call]] = defaultdict(list)
-    for call in recent:
-        if not call.pod_name:
+def configured_backends() -> dict:
+    from extproxy.engine import get_engine
+
+    return {b.name: b for b in get_engine().config.backends}
+
+
+def scheduler_events(pods: list[tuple[str, str]], since: datetime | None = None) -> dict[tuple[str, str], list]:
+    """The scheduler's events and bindings seen through the API, per (namespace, name)."""
+    from .models import SchedulerEvent
+
+    found: dict[tuple[str, str], list] = defaultdict(list)
+    if not pods:
+        return found
+    query = Q()
+    for namespace, name in pods:
+        query |= Q(pod_namespace=namespace, pod_name=name)
+    events = SchedulerEvent.objects.filter(query)
+    if since is not None:
+        events = events.filter(at__gte=since)
+    for event in events.order_by("at", "id")[:5000]:
+        found[(event.pod_namespace, event.pod_name)].append(event)
+    return found
+
+
+def _watching() -> bool:
+    from . import kubewatch
+
+    return kubewatch.watching()
+
+
+def story_of(calls: list[Call], events: list, backends: dict | None = None, now: datetime | None = None):
+    from . import story
+
+    backends = configured_backends() if backends is None else backends
+    labels_pod = _pod_object(calls)
+    return story.tell(calls, backends, events, now=now or timezone.now(), bound_node_of=_bound_node,
+                      pod=labels_pod, watching=_watching())
+
+
+def _pod_object(calls: list[Call]) -> dict | None:
+    """The pod as a filter request carried it (for the binder's interest), when one is at hand."""
+    for call in calls:
+        if call.verb in ("filter", "prioritize") and "request_body" not in call.get_deferred_fields():
+            pod = records.envelope(call.request_body).get("Pod")
+            if isinstance(pod, dict):
+                return pod
+    return None
+
+
+def pending_window() -> timedelta:
+    # A pending pod is retried at least every 5 minutes (podMaxInUnschedulablePodsDuration), so
+    # a pod with no attempt in this window is not waiting on the scheduler any more.
+    from django.conf import settings
+
+    return timedelta(minutes=getattr(settings, "EXTPROXY_PENDING_MINUTES", 15))
+
+
+def pending_pods(limit: int = 300, now: datetime | None = None) -> list[dict]:
+    """Pods whose last attempt did not end in a bind, grouped by the reason the scheduler gives.
+
+    Candidates are bounded by time and trouble, never by scanning the table: pods with a filter
+    that left no node or failed, a failed bind, or a FailedScheduling event in the window. Each
+    candidate's newest attempt is then told by dashboard.story with the scheduler's rules, so an
+    ignorable backend's failure or a later bind takes the pod off the list.
+    """
+    from django.db.models import OuterRef, Subquery
+
+    from .models import SchedulerEvent
+
+    now = now or timezone.now()
+    since = now - pending_window()
+    trouble = (Q(verb="filter") & (Q(passed_count=0) | ~Q(outcome="ok"))) | (Q(verb="bind") & ~Q(outcome="ok"))
+    newest = Call.objects.filter(pod_namespace=OuterRef("pod_namespace"), pod_name=OuterRef("pod_name")).order_by(
+        "-started_at", "-id")
+    candidates = (
+        Call.objects.filter(trouble, started_at__gte=since).exclude(pod_name="")
+        .values("pod_namespace", "pod_name").distinct()
+        .annotate(last_attempt=Subquery(newest.values("attempt")[:1]), last_id=Subquery(newest.values("id")[:1]))
+        .order_by()[:limit]
+    )
+    pods = {(c["pod_namespace"], c["pod_name"]): c["last_attempt"] or f"call-{c['last_id']}" for c in candidates}
+    said = SchedulerEvent.objects.filter(at__gte=since, kind=SchedulerEvent.Kind.FAILED).values_list(
+        "pod_namespace", "pod_name").distinct()[:limit]
+    for namespace, name in said:
+        if (namespace, name) not in pods:
+            last = newest.model.objects.filter(pod_namespace=namespace, pod_name=name).order_by("-started_at", "-id")
+            pods[(namespace, name)] = next((c.attempt or f"call-{c.id}" for c in last.only("id", "attempt")[:1]), "")
+    calls = attempt_calls([k for k in pods.values() if k])
+    events = scheduler_events(list(pods), since - timedelta(minutes=5))
+    backends = configured_backends()
+    pending = []
+    for (namespace, name), key in pods.items():
+        told = story_of(calls[key], events[(namespace, name)], backends, now) if calls.get(key) else None
+        if told is None:
+            said_last = events[(namespace, name)][-1:]
+            if not said_last or said_last[0].kind != "FailedScheduling":
+                continue
+            from .story import Story, fold_numbers
+
+            told = Story(state="pending", sentence=f"Pending: the scheduler says: {said_last[0].message}",
+                         group=fold_numbers(said_last[0].message), scheduler_says=said_last)
+        if told.state != "pending":
             continue
-        pod = (call.pod_namespace, call.pod_name)
-        key = call.attempt or f"call-{call.id}"
-        latest.setdefault(pod, key)
-        if latest[pod] == key:
-            attempts[key].append(call)
-    pending: list[dict] = []
-    for (namespace, name), key in latest.items():
-        calls = attempts[key]
-        filters = latest_per_backend(calls, "filter")
-        blocked = [c for c in filters if c.node_count and (c.passed_count == 0 or c.outcome != "ok")]
-        if not blocked or any(c.verb == "bind" and c.outcome == "ok" for c in calls):
-            continue
-        pending.append({"namespace": namespace, "name": name, "attempt": key, "calls": calls, "filters": filters})
-        if len(pending) >= limit:
-            break
-    for entry in pending:
-        entry["summary"] = reason_summary(with_bodies(entry.pop("filters")))
-        entry["last_seen"] = max(c.finished_at for c in entry["calls"])
+        last_seen = max([c.finished_at for c in calls.get(key, [])] + [e.at for e in told.scheduler_says])
+        pending.append({"namespace": namespace, "name": name, "attempt": key if calls.get(key) else "",
+                        "story": told, "last_seen": last_seen})
     return pending
+
+
+def pending_groups(pods: list[dict]) -> list[dict]:
+    """Pending pods grouped by reason, the largest group first, newest pod first in each."""
+    groups: dict[str, dict] = {}
+    for pod in sorted(pods, key=lambda p: p["last_seen"], reverse=True):
+        group = groups.setdefault(pod["story"].group, {"reason": pod["story"].sentence, "pods": []})
+        group["pods"].append(pod)
+    return sorted(groups.values(), key=lambda g: -len(g["pods"]))

@@ -67,13 +67,19 @@ def pod(request, namespace: str, name: str):
     selected = next((a for a in attempts if a.key == request.GET.get("attempt")), attempts[0] if attempts else None)
     context: dict[str, Any] = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}
     if selected is not None:
-        filters = queries.with_bodies(queries.latest_per_backend(selected.calls, "filter"))
-        prioritizes = queries.with_bodies(queries.latest_per_backend(selected.calls, "prioritize"))
+        calls = queries.attempt_calls([selected.key], requests=True).get(selected.key, selected.calls)
+        filters = queries.latest_per_backend(calls, "filter")
+        prioritizes = queries.latest_per_backend(calls, "prioritize")
         nodes, node_backends, verdicts = queries.node_verdicts(filters)
         score_backends, score_rows = queries.score_matrix(prioritizes)
-        bound = queries.bound_node(selected.calls)
+        events = queries.scheduler_events([(namespace, name)]).get((namespace, name), [])
+        story = queries.story_of(calls, events)
+        bound = story.node if story.state == "bound" else None
         node_page = _page(request, nodes, NODE_PAGE, "page")
         context.update(
+            story=story,
+            watching=queries._watching(),
+            events=events[-20:][::-1],
             node_backends=node_backends,
             node_page=node_page,
             node_rows=[
@@ -124,7 +130,9 @@ def backends(request):
 
 @viewer_required
 def pending(request):
-    context = {"pods": queries.pending_pods()}
+    pods = queries.pending_pods()
+    minutes = int(queries.pending_window().total_seconds() // 60)
+    context = {"pods": pods, "groups": queries.pending_groups(pods), "window": f"{minutes} minutes"}
     if request.htmx:
         return render(request, "dashboard/_pending_list.html", context)
     return render(request, "dashboard/pending.html", context)

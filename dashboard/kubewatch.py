@@ -1,0 +1,6 @@
+"""placeholder"""
+_watching = False
+
+
+def watching() -> bool:
+    return _watching

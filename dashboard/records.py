@@ -1,0 +1,85 @@
+"""Reading what the recorder stored, for the pages: request envelopes without their Node objects,
+Node objects from the node store when a page really needs them, the pod and bound node a
+request names.
+
+Read-only, and never trusting a body: a raw (undecodable) record, a body that is not a JSON
+object, or a Node reference whose object retention already dropped all give "nothing here",
+never an exception. Must not decode a whole range of calls: callers pass the few they show.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+from extproxy.recorder import restore_body
+
+PRUNED_NODE = b'{"$node": "pruned"}'
+
+
+class _References(dict):
+    """A node loader's answer that maps every reference to a stand-in, never to a KeyError."""
+
+    def __missing__(self, sha: str) -> bytes:
+        return json.dumps({"$node": sha}).encode()
+
+
+def load_nodes(refs: list[str]) -> dict[str, bytes]:
+    """The stored Node objects for these references; a reference retention dropped is marked."""
+    from extproxy.models import NodeObject
+
+    found = _Pruned()
+    wanted = sorted(set(refs))
+    for start in range(0, len(wanted), 500):
+        for sha, data in NodeObject.objects.filter(sha256__in=wanted[start : start + 500]).values_list("sha256", "data"):
+            found[sha] = zlib.decompress(bytes(data))
+    return found
+
+
+class _Pruned(dict):
+    def __missing__(self, sha: str) -> bytes:
+        return PRUNED_NODE
+
+
+def envelope(stored: bytes | memoryview | None) -> dict[str, Any]:
+    """A stored request or reply as a JSON object, Node items left as references ({} if not one)."""
+    if not stored:
+        return {}
+    try:
+        data = json.loads(restore_body(bytes(stored), lambda refs: _References()))
+    except (ValueError, TypeError, zlib.error):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def full_body(stored: bytes | memoryview | None) -> bytes:
+    """A stored body as it was received, with every Node object loaded from the node store."""
+    if not stored:
+        return b""
+    try:
+        return restore_body(bytes(stored), load_nodes)
+    except (ValueError, TypeError, zlib.error):
+        return b""
+
+
+def _pick(data: dict[str, Any], name: str) -> Any:
+    """The value Go would bind to field `name`: exact key first, then case-insensitive."""
+    if name in data:
+        return data[name]
+    folded = name.casefold()
+    return next((v for k, v in data.items() if k.casefold() == folded), None)
+
+
+def pod_labels(stored_request: bytes | memoryview | None) -> dict[str, str] | None:
+    """The pod's labels as a filter, prioritize or preempt request carried them (None: no pod)."""
+    pod = _pick(envelope(stored_request), "Pod")
+    if not isinstance(pod, dict):
+        return None
+    labels = (pod.get("metadata") or {}).get("labels") if isinstance(pod.get("metadata"), dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def bind_node(stored_request: bytes | memoryview | None) -> str | None:
+    """The node an ExtenderBindingArgs names."""
+    node = _pick(envelope(stored_request), "Node")
+    return node if isinstance(node, str) and node else None
