@@ -41,8 +41,8 @@ class LatencyCell(models.Model):
 
     backend = models.CharField(max_length=63)
     verb = models.CharField(max_length=16)
-    minute = models.DateTimeField()
-    bucket = models.SmallIntegerField()  # dashboard.rollup.BUCKET_EDGES_MS index
+    minute = models.IntegerField()  # minutes since the epoch (UTC): whole-number slots in SQL
+    bucket = models.SmallIntegerField()  # index into dashboard.rollup.UPPER_EDGES_MS
     calls = models.IntegerField(default=0)
     errors = models.IntegerField(default=0)
     timeouts = models.IntegerField(default=0)

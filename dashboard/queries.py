@@ -8,6 +8,7 @@ Results are plain dicts and lists for the templates (autoescaped) and for JSON.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -254,60 +255,81 @@ def attempt_calls(keys: list[str], requests: bool = False) -> dict[str, list[Cal
 # --- backends ------------------------------------------------------------------------------
 
 
-def _percentile(sorted_values: list[float], p: float) -> float | None:
-    if not sorted_values:
+def histogram_percentile(counts: dict[int, int], p: float) -> float | None:
+    """The upper edge of the latency bucket holding the p-th percentile (ms): "p99 ≤ x"."""
+    from .rollup import UPPER_EDGES_MS
+
+    total = sum(counts.values())
+    if not total:
         return None
-    index = min(len(sorted_values) - 1, max(0, int(round(p / 100 * len(sorted_values) + 0.5)) - 1))
-    return round(sorted_values[index], 3)
+    rank = max(1, math.ceil(p / 100 * total))
+    seen = 0
+    for bucket in sorted(counts):
+        seen += counts[bucket]
+        if seen >= rank:
+            return round(UPPER_EDGES_MS[bucket], 3)
+    return None
 
 
-def backend_series(minutes: int, buckets: int = 30, row_limit: int = 300_000) -> list[dict]:
-    """Per backend and verb: calls/s, error and timeout rates, p50/p90/p99 (ms) per time bucket."""
-    now = timezone.now()
-    since = now - timedelta(minutes=minutes)
-    width = minutes * 60 / buckets
+def backend_series(minutes: int, slots: int = 30, now: datetime | None = None) -> list[dict]:
+    """Per backend and verb over the last `minutes`: calls, calls/s, errors, timeouts, p50/p90/p99
+    (ms, from the roll-up's log buckets), and per time slot the same plus the latency heatmap.
+
+    Reads LatencyCell rows grouped in SQL: at most slots × buckets rows per backend and verb,
+    whatever the number of recorded calls.
+    """
+    from django.db.models import IntegerField, Sum
+
+    from . import rollup
+    from .models import LatencyCell
+
+    rollup.catch_up(max_rows=5000)  # bounded: the roll-up thread does the rest
+    now = now or timezone.now()
+    last = rollup.epoch_minute(now)
+    first = last - minutes + 1
+    width = max(1, math.ceil(minutes / slots))  # minutes per slot
+    count = math.ceil(minutes / width)
+    slot = ExpressionWrapper((F("minute") - first) / width, output_field=IntegerField())
     rows = (
-        Call.objects.filter(started_at__gte=since)
-        .order_by("-started_at")
-        .values_list("backend", "verb", "started_at", "finished_at", "outcome")[:row_limit]
+        LatencyCell.objects.filter(minute__gte=first).annotate(slot=slot)
+        .values("backend", "verb", "slot", "bucket")
+        .annotate(n=Sum("calls"), e=Sum("errors"), t=Sum("timeouts")).order_by()
     )
-    grouped: dict[tuple[str, str], list[list[tuple[float, str]]]] = defaultdict(lambda: [[] for _ in range(buckets)])
-    for backend, verb, started, finished, outcome in rows:
-        index = min(buckets - 1, int((started - since).total_seconds() // width))
-        grouped[(backend, verb)][index].append(((finished - started).total_seconds() * 1000, outcome))
+    grouped: dict[tuple[str, str], dict] = {}
+    for row in rows:
+        entry = grouped.setdefault((row["backend"], row["verb"]), {"slots": defaultdict(lambda: defaultdict(int)),
+                                                                    "errors": defaultdict(int),
+                                                                    "timeouts": defaultdict(int)})
+        entry["slots"][row["slot"]][row["bucket"]] += row["n"]
+        entry["errors"][row["slot"]] += row["e"]
+        entry["timeouts"][row["slot"]] += row["t"]
     series = []
-    for (backend, verb), slots in sorted(grouped.items()):
-        points = []
-        for i, slot in enumerate(slots):
-            latencies = sorted(ms for ms, _ in slot)
-            n = len(slot)
-            points.append(
-                {
-                    "t": round(since.timestamp() + (i + 1) * width, 3),
-                    "rate": round(n / width, 4),
-                    "error_rate": round(sum(1 for _, o in slot if o == "error") / n, 4) if n else None,
-                    "timeout_rate": round(sum(1 for _, o in slot if o == "timeout") / n, 4) if n else None,
-                    "p50": _percentile(latencies, 50),
-                    "p90": _percentile(latencies, 90),
-                    "p99": _percentile(latencies, 99),
-                }
-            )
-        total = sum(len(s) for s in slots)
-        everything = sorted(ms for s in slots for ms, _ in s)
-        series.append(
-            {
-                "backend": backend,
-                "verb": verb,
-                "calls": total,
-                "rate": round(total / (minutes * 60), 3),
-                "errors": sum(1 for s in slots for _, o in s if o == "error"),
-                "timeouts": sum(1 for s in slots for _, o in s if o == "timeout"),
-                "p50": _percentile(everything, 50),
-                "p90": _percentile(everything, 90),
-                "p99": _percentile(everything, 99),
-                "points": points,
-            }
-        )
+    for (backend, verb), entry in sorted(grouped.items()):
+        points: list[dict] = []
+        heat: list[list[int]] = []
+        overall: dict[int, int] = defaultdict(int)
+        for i in range(count):
+            hist = entry["slots"].get(i, {})
+            n = sum(hist.values())
+            for bucket, c in hist.items():
+                overall[bucket] += c
+                heat.append([i, bucket, c])
+            points.append({
+                "t": rollup.minute_start(first + (i + 1) * width).timestamp(),
+                "rate": round(n / (width * 60), 4),
+                "error_rate": round(entry["errors"][i] / n, 4) if n else None,
+                "timeout_rate": round(entry["timeouts"][i] / n, 4) if n else None,
+                "p50": histogram_percentile(hist, 50), "p90": histogram_percentile(hist, 90),
+                "p99": histogram_percentile(hist, 99),
+            })
+        total = sum(overall.values())
+        series.append({
+            "backend": backend, "verb": verb, "calls": total, "rate": round(total / (minutes * 60), 3),
+            "errors": sum(entry["errors"].values()), "timeouts": sum(entry["timeouts"].values()),
+            "p50": histogram_percentile(overall, 50), "p90": histogram_percentile(overall, 90),
+            "p99": histogram_percentile(overall, 99), "points": points, "heat": heat,
+            "slot_seconds": width * 60,
+        })
     return series
 
 
@@ -317,13 +339,14 @@ def backend_findings(scan: int = 5000, examples: int = 3) -> dict[str, list[dict
     Besides the recorder's findings, non-200 answers (with their bodies, kept in `error`) and
     `Error` texts under a 200 count as findings here.
     """
-    problems = Q(outcome="error") | (Q(http_status__isnull=False) & ~Q(http_status=200)) | ~Q(findings=[])
-    calls = (
-        Call.objects.filter(problems)
-        .order_by("-started_at", "-id")
-        .only("id", "verb", "backend", "pod_namespace", "pod_name", "attempt", "started_at", "outcome",
-              "http_status", "error", "findings")[:scan]
-    )
+    fields = ("id", "verb", "backend", "pod_namespace", "pod_name", "attempt", "started_at", "outcome",
+              "http_status", "error", "findings")
+    # Failed calls come from the (outcome, started_at) index; findings on calls that still
+    # counted as ok only from the newest `scan` calls: both bounded whatever the table's size.
+    failed = list(Call.objects.filter(outcome="error").order_by("-started_at", "-id").only(*fields)[:scan])
+    recent = Call.objects.order_by("-started_at", "-id").values_list("id", flat=True)[:scan * 4]
+    noted = list(Call.objects.filter(id__in=recent).exclude(outcome="error").exclude(findings=[]).only(*fields))
+    calls = sorted(failed + noted, key=lambda c: (c.started_at, c.id), reverse=True)
     found: dict[str, OrderedDict[str, dict]] = defaultdict(OrderedDict)
     for call in calls:
         kinds = [(f.get("kind", "?"), f.get("detail", "")) for f in call.findings or []]

@@ -257,7 +257,7 @@ def _why_pending(story: Story, calls, chain: FilterChain | None, backends, now, 
                           f"filter error: {result.error}")
         story.group = fold_numbers(f"filter error from {result.error_backend}")
     elif result is not None and not result.passed:
-        text, story.reasons = no_node_sentence(len(chain.input_names), result.failed, result.unresolvable)
+        text, story.reasons = no_node_sentence(story.total or 0, result.failed, result.unresolvable)
         story.state = "pending"
         story.sentence = f"Pending: the extenders left no node: {text}"
         story.group = fold_numbers(text)

@@ -108,9 +108,18 @@ def backends(request):
     series = queries.backend_series(minutes)
     findings = queries.backend_findings()
     names = list(configured) + sorted({s["backend"] for s in series} - set(configured))
+    for s in series:  # p99 as a fraction of the backend's httpTimeout: how close to failing
+        timeout = configured[s["backend"]].http_timeout * 1000 if s["backend"] in configured else None
+        s["timeout_ms"] = timeout
+        s["p99_of_timeout"] = round(s["p99"] / timeout, 3) if timeout and s["p99"] is not None else None
+        s["error_pct"] = round(100 * s["errors"] / s["calls"], 2) if s["calls"] else None
+        s["timeout_pct"] = round(100 * s["timeouts"] / s["calls"], 2) if s["calls"] else None
+    from .rollup import UPPER_EDGES_MS
+
     chart_data = {
         "series": series,
         "timeouts": {name: b.http_timeout * 1000 for name, b in configured.items()},
+        "edges": [round(e, 4) for e in UPPER_EDGES_MS],
     }
     rows = [
         {
@@ -124,7 +133,7 @@ def backends(request):
     return render(
         request,
         "dashboard/backends.html",
-        {"rows": rows, "chart_data": chart_data, "minutes": minutes, "windows": (15, 60, 360, 1440)},
+        {"rows": rows, "series": series, "chart_data": chart_data, "minutes": minutes, "windows": (15, 60, 360, 1440)},
     )
 
 

@@ -17,6 +17,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from dashboard import background as dashboard_background  # noqa: E402
 from dashboard.auth import TokenAuthMiddleware  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
@@ -37,8 +38,10 @@ async def lifespan_app(scope, receive, send):
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            dashboard_background.start()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            dashboard_background.stop()
             engine = get_engine()
             await engine.close()
             offload.lane.stop()

@@ -1,0 +1,173 @@
+"""Calls counted per backend, verb, minute and latency bucket (`LatencyCell`), so that the
+backends page and the feed's summary band aggregate a few thousand rows in SQL whatever the
+size of the call table.
+
+Latency buckets are logarithmic, four per decade from 0.1 ms (each one 1.78× the previous),
+so percentiles read from them are within that factor and a heatmap needs no other data.
+
+The roll-up reads the call table by id, after a mark kept in `RollupMark`, in one transaction
+that holds the mark's row: several processes may run it, each call is counted once. Ids of a
+batch another process has not committed yet look like a gap; the roll-up stops before a gap
+for up to `GAP_WAIT`, then counts past it (a rolled-back batch, or rows retention deleted).
+A daemon thread per serving process runs it every second; pages also run a bounded pass
+first, so they are current without the thread. This module must not write call records.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+BUCKETS_PER_DECADE = 4
+FIRST_EDGE_MS = 0.1
+BUCKETS = 28  # the last one is open-ended (over 10^6.75 × 0.1 ms ≈ 9.4 minutes)
+UPPER_EDGES_MS = [FIRST_EDGE_MS * 10 ** ((i + 1) / BUCKETS_PER_DECADE) for i in range(BUCKETS)]
+GAP_WAIT = timedelta(seconds=10)
+PASS_ROWS = 20_000
+MARK = "calls"
+
+_thread: threading.Thread | None = None
+_stop = threading.Event()
+
+
+def bucket_of(ms: float) -> int:
+    if ms <= FIRST_EDGE_MS * 10 ** (1 / BUCKETS_PER_DECADE):
+        return 0
+    return min(BUCKETS - 1, math.ceil(BUCKETS_PER_DECADE * math.log10(ms / FIRST_EDGE_MS) - 1e-9) - 1)
+
+
+def bucket_bounds(index: int) -> tuple[float, float]:
+    low = 0.0 if index == 0 else UPPER_EDGES_MS[index - 1]
+    return low, UPPER_EDGES_MS[index]
+
+
+def epoch_minute(when: datetime) -> int:
+    return int(when.timestamp() // 60)
+
+
+def minute_start(minute: int) -> datetime:
+    return datetime.fromtimestamp(minute * 60, tz=timezone.utc)
+
+
+def catch_up(max_rows: int = PASS_ROWS, now: datetime | None = None) -> int:
+    """Count the calls recorded since the last pass (at most `max_rows`); returns how many."""
+    from django.db import transaction
+
+    from extproxy.models import Call
+
+    from .models import LatencyCell, RollupMark
+
+    now = now or datetime.now(timezone.utc)
+    with transaction.atomic():
+        mark, _ = RollupMark.objects.select_for_update().get_or_create(name=MARK)
+        rows = list(
+            Call.objects.filter(id__gt=mark.last_id).order_by("id")
+            .values_list("id", "backend", "verb", "started_at", "finished_at", "outcome")[:max_rows]
+        )
+        counted, waiting = _until_gap(mark, rows, now)
+        if not counted:
+            if waiting and mark.gap_since is None:
+                mark.gap_since = now
+                mark.save(update_fields=["gap_since"])
+            return 0
+        cells: dict[tuple[str, str, int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+        for _, backend, verb, started, finished, outcome in counted:
+            ms = (finished - started).total_seconds() * 1000
+            cell = cells[(backend, verb, epoch_minute(started), bucket_of(ms))]
+            cell[0] += 1
+            cell[1] += outcome == "error"
+            cell[2] += outcome == "timeout"
+        _add(LatencyCell, cells)
+        mark.last_id = counted[-1][0]
+        mark.gap_since = now if waiting else None
+        mark.save(update_fields=["last_id", "gap_since"])
+    return len(counted)
+
+
+def _until_gap(mark: Any, rows: list[tuple], now: datetime) -> tuple[list[tuple], bool]:
+    """The rows before the first gap in ids that may still fill, and whether one was found.
+
+    A gap right after the mark is counted past once it has been waited for (or on the very
+    first pass); any other gap stops the pass there.
+    """
+    expected = mark.last_id + 1
+    past_first = mark.last_id == 0 or (mark.gap_since is not None and now - mark.gap_since >= GAP_WAIT)
+    for index, row in enumerate(rows):
+        if row[0] != expected and not (index == 0 and past_first):
+            return rows[:index], True
+        expected = row[0] + 1
+    return rows, False
+
+
+def _add(model: Any, cells: dict[tuple[str, str, int, int], list[int]]) -> None:
+    """Add the counts to the stored cells (the caller holds the mark, so no one else writes)."""
+    from django.db.models import Q
+
+    keys = list(cells)
+    existing: dict[tuple, Any] = {}
+    for start in range(0, len(keys), 200):
+        query = Q()
+        for backend, verb, minute, bucket in keys[start : start + 200]:
+            query |= Q(backend=backend, verb=verb, minute=minute, bucket=bucket)
+        for cell in model.objects.filter(query):
+            existing[(cell.backend, cell.verb, cell.minute, cell.bucket)] = cell
+    fresh, changed = [], []
+    for key, (calls, errors, timeouts) in cells.items():
+        cell = existing.get(key)
+        if cell is None:
+            fresh.append(model(backend=key[0], verb=key[1], minute=key[2], bucket=key[3], calls=calls,
+                               errors=errors, timeouts=timeouts))
+        else:
+            cell.calls += calls
+            cell.errors += errors
+            cell.timeouts += timeouts
+            changed.append(cell)
+    model.objects.bulk_create(fresh, batch_size=500)
+    model.objects.bulk_update(changed, ["calls", "errors", "timeouts"], batch_size=500)
+
+
+def prune(keep: timedelta = timedelta(days=8)) -> int:
+    from .models import LatencyCell
+
+    deleted, _ = LatencyCell.objects.filter(minute__lt=epoch_minute(datetime.now(timezone.utc) - keep)).delete()
+    return deleted
+
+
+def _run() -> None:
+    import time
+
+    from django.db import close_old_connections
+
+    next_prune = 0.0
+    while not _stop.is_set():
+        try:
+            while catch_up() == PASS_ROWS and not _stop.is_set():
+                pass  # behind: go on without waiting
+            if time.monotonic() >= next_prune:
+                next_prune = time.monotonic() + 3600
+                prune()
+        except Exception:  # the database is away: try again on the next tick
+            log.exception("latency roll-up failed; retrying")
+            close_old_connections()
+        _stop.wait(1.0)
+
+
+def start() -> None:
+    global _thread
+    if _thread is None:
+        _stop.clear()
+        _thread = threading.Thread(target=_run, name="extproxy-rollup", daemon=True)
+        _thread.start()
+
+
+def stop() -> None:
+    global _thread
+    _stop.set()
+    if _thread is not None:
+        _thread.join(5)
+        _thread = None

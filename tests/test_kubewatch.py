@@ -1,0 +1,177 @@
+"""The scheduler's own words through a fake Kubernetes API on loopback (list and watch of
+events.k8s.io/v1 Events and of unassigned Pods): stored once, shown on the pod's page beside
+the extender decisions, and used by pending pods (a binding the scheduler made by itself
+takes a pod off the list; a FailedScheduling for in-tree reasons puts it on)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from django.utils.html import escape
+
+from dashboard import kubewatch
+from extproxy import kube
+from tests.conftest import write_kubeconfig
+from tests.test_dashboard_traffic import per_backend_attempt, scene, viewer  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def event(uid: str, reason: str, pod: str, note: str, count: int | None = None) -> dict:
+    obj = {"kind": "Event", "apiVersion": "events.k8s.io/v1",
+           "metadata": {"name": f"{pod}.{uid}", "namespace": "ml-team", "uid": uid, "resourceVersion": "7",
+                        "creationTimestamp": now_iso()},
+           "eventTime": now_iso(), "reportingController": "default-scheduler", "reportingInstance": "sched-1",
+           "action": "Scheduling", "reason": reason, "type": "Warning" if reason == "FailedScheduling" else "Normal",
+           "regarding": {"kind": "Pod", "namespace": "ml-team", "name": pod, "uid": f"uid-ml-team-{pod}"},
+           "note": note}
+    if count:
+        obj["series"] = {"count": count, "lastObservedTime": now_iso()}
+    return obj
+
+
+def bound_pod(name: str, node: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "ml-team", "uid": f"uid-ml-team-{name}", "resourceVersion": "9"},
+            "spec": {"nodeName": node},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_iso()}]}}
+
+
+class KubeAPI:
+    """Answers list and watch of events (events.k8s.io/v1) and pods (v1), like an API server."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.event_watch: list[dict] = []
+        self.pod_watch: list[dict] = []
+        self.requests: list[str] = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                url = urlparse(self.path)
+                query = parse_qs(url.query)
+                api.requests.append(self.path)
+                if url.path == "/apis/events.k8s.io/v1/events":
+                    items, pending = api.events, "event_watch"
+                elif url.path == "/api/v1/pods":
+                    assert query.get("fieldSelector") == ["spec.nodeName="]
+                    items, pending = [], "pod_watch"
+                else:
+                    self.send_error(404)
+                    return
+                if query.get("watch") == ["true"]:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for change in getattr(api, pending):
+                        line = (json.dumps(change) + "\n").encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                        self.wfile.flush()
+                    setattr(api, pending, [])
+                    time.sleep(0.3)
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                body = json.dumps({"metadata": {"resourceVersion": "5"}, "items": items}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def kube_api(tmp_path, monkeypatch):
+    api = KubeAPI()
+    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", api.httpd.server_address[1]))
+    monkeypatch.setenv("EXTPROXY_KUBE_WATCH", "auto")
+    kube.reset()
+    yield api
+    kubewatch.stop()
+    kube.reset()
+    api.close()
+
+
+def wait_for(condition, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_it_reads_event_rows_as_the_api_writes_them():
+    row = kubewatch.event_row(event("e1", "Scheduled", "web", "Successfully assigned ml-team/web to node-07"))
+    assert row is not None and (row["kind"], row["node"], row["pod_name"]) == ("Scheduled", "node-07", "web")
+    assert kubewatch.event_row(event("e2", "Pulled", "web", "image pulled")) is None
+    repeated = [kubewatch.event_row(event("e3", "FailedScheduling", "web", "0/3 nodes", count=n)) for n in (2, 3)]
+    assert repeated[0]["key"] != repeated[1]["key"]  # each repeat of a series is kept
+    assert kubewatch.binding_row(bound_pod("web", "node-02"))["node"] == "node-02"
+    assert kubewatch.binding_row({"metadata": {"name": "web"}, "spec": {}}) is None
+
+
+def test_it_is_off_without_a_kubernetes_api(monkeypatch):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("EXTPROXY_KUBE_WATCH", "auto")
+    assert not kubewatch.wanted() and kubewatch.start() is None and not kubewatch.watching()
+    monkeypatch.setenv("EXTPROXY_KUBE_WATCH", "sometimes")
+    with pytest.raises(ValueError, match="EXTPROXY_KUBE_WATCH"):
+        kubewatch.wanted()
+
+
+def test_it_shows_the_schedulers_words_and_uses_them_for_pending_pods(kube_api, scene):
+    from dashboard.models import SchedulerEvent
+
+    failed = ("0/7 nodes are available: 2 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector, "
+              "2 node(s) had untolerated taint {dedicated: infra}. preemption: 0/7 nodes are available.")
+    kube_api.events = [event("e-sched", "Scheduled", "trainer-y", "Successfully assigned ml-team/trainer-y to node-03")]
+    kube_api.event_watch = [{"type": "ADDED", "object": event("e-fail", "FailedScheduling", "stuck-x", failed)},
+                            {"type": "ADDED", "object": event("e-pull", "Pulled", "trainer-y", "pulled")}]
+    kube_api.pod_watch = [{"type": "DELETED", "object": bound_pod("trainer-z", "node-02")}]
+    # The extenders passed nodes for all three; no extender bound any of them.
+    for pod in ("stuck-x", "trainer-y", "trainer-z"):
+        per_backend_attempt(scene, pod, bind=False)
+    scene.flush()
+
+    assert kubewatch.start() is not None
+    wait_for(lambda: SchedulerEvent.objects.count() == 3)
+    assert kubewatch.watching()
+    kubewatch.store([kubewatch.event_row(event("e-fail", "FailedScheduling", "stuck-x", failed))])
+    assert SchedulerEvent.objects.count() == 3  # a second replica's copy is not stored twice
+
+    client = viewer()
+    pending = client.get("/pending/")
+    assert [(p["name"], p["story"].state) for p in pending.context["pods"]] == [("stuck-x", "pending")]
+    assert escape("the scheduler says: " + failed) in pending.content.decode()
+
+    page = client.get("/pods/ml-team/stuck-x/")
+    body = page.content.decode()
+    assert page.context["story"].state == "pending" and escape(failed) in body and "FailedScheduling" in body
+    y = client.get("/pods/ml-team/trainer-y/").context["story"]
+    assert (y.state, y.node, y.bound_by) == ("bound", "node-03", "the scheduler (its Scheduled event)")
+    z = client.get("/pods/ml-team/trainer-z/")
+    assert (z.context["story"].state, z.context["story"].node) == ("bound", "node-02")
+    assert "spec.nodeName is node-02" in z.content.decode()

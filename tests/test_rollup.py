@@ -1,0 +1,72 @@
+"""The latency roll-up behind the backends page: log buckets, each call counted once, a gap in
+ids (a batch not committed yet) waited for, and percentiles read back per backend and verb."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from dashboard import rollup
+from dashboard.models import LatencyCell, RollupMark
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 12, 3, 8, 0, 0, tzinfo=timezone.utc)
+
+
+def call(id_: int, ms: float, backend: str = "gpu", verb: str = "filter", outcome: str = "ok", at: datetime = T0):
+    from extproxy.models import Call
+
+    return Call.objects.create(id=id_, verb=verb, backend=backend, started_at=at, finished_at=at + timedelta(milliseconds=ms),
+                               outcome=outcome, request_body=b"", response_body=b"", decisions_blob=b"")
+
+
+@pytest.mark.parametrize("ms,bucket", [(0.01, 0), (0.17, 0), (0.18, 1), (1.0, 3), (1.01, 4), (10.0, 7), (250, 13),
+                                       (5000, 18), (1e9, rollup.BUCKETS - 1)])
+def test_it_puts_latencies_in_log_buckets(ms, bucket):
+    assert rollup.bucket_of(ms) == bucket
+    low, high = rollup.bucket_bounds(bucket)
+    assert low < ms <= high or bucket in (0, rollup.BUCKETS - 1)
+
+
+def test_it_counts_each_call_once_per_backend_verb_minute_and_bucket():
+    for i, ms in enumerate([2, 2, 3, 40, 900], start=1):
+        call(i, ms, outcome="timeout" if ms == 900 else "ok")
+    call(6, 2, verb="bind", outcome="error")
+
+    assert rollup.catch_up() == 6
+    assert rollup.catch_up() == 0  # nothing new: nothing counted twice
+
+    cells = {(c.verb, c.bucket): (c.calls, c.errors, c.timeouts) for c in LatencyCell.objects.all()}
+    # (1.78, 3.16] ms holds 2, 2 and 3; (31.6, 56.2] 40; (562, 1000] 900
+    assert cells == {("filter", 5): (3, 0, 0), ("filter", 10): (1, 0, 0), ("filter", 15): (1, 0, 1),
+                     ("bind", 5): (1, 1, 0)}
+    call(7, 2)
+    assert rollup.catch_up() == 1
+    assert LatencyCell.objects.get(verb="filter", bucket=5).calls == 4
+
+
+def test_it_waits_for_a_gap_in_ids_then_counts_past_it():
+    for i in (1, 2, 3, 6, 7):
+        call(i, 5)
+    assert rollup.catch_up(now=T0) == 3  # 4 and 5 may be a batch still being committed
+    assert rollup.catch_up(now=T0 + timedelta(seconds=5)) == 0
+    assert RollupMark.objects.get().last_id == 3
+    assert rollup.catch_up(now=T0 + timedelta(seconds=11)) == 2  # they never came
+    assert sum(c.calls for c in LatencyCell.objects.all()) == 5
+
+
+def test_it_reads_percentiles_and_rates_from_the_cells_in_sql():
+    from dashboard.queries import backend_series
+
+    now = datetime.now(timezone.utc)
+    latencies = [1.0] * 50 + [10.0] * 40 + [100.0] * 9 + [1000.0]
+    for i, ms in enumerate(latencies, start=1):
+        call(i, ms, at=now - timedelta(minutes=3), outcome="error" if i <= 5 else "ok")
+
+    [s] = backend_series(60, now=now)
+
+    assert (s["backend"], s["verb"], s["calls"], s["errors"], s["timeouts"]) == ("gpu", "filter", 100, 5, 0)
+    assert (s["p50"], s["p90"], s["p99"]) == (1.0, 10.0, 100.0)  # upper edges of the buckets holding them
+    assert s["rate"] == round(100 / 3600, 3)
+    assert sum(c for _, _, c in s["heat"]) == 100 and len(s["points"]) == 30
