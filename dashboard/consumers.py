@@ -8,10 +8,14 @@ Batching: group messages are not forwarded one by one. Calls are collected in a 
 buffer and sent at most every `FLUSH_INTERVAL` seconds as one message, so a burst of 500
 calls/s costs the browser ~10 messages a second instead of falling behind.
 
-Bound: the buffer holds at most `EXTPROXY_LIVE_BUFFER` calls (setting, default 5000). When a
-connection cannot keep up and the buffer would overflow, the buffered calls are dropped and the
+Bound: the buffer holds at most `EXTPROXY_LIVE_BUFFER` calls (environment, default 5000). When
+a connection cannot keep up and the buffer would overflow, the buffered calls are dropped and the
 next flush sends `reset` instead: the client refetches the snapshot, so nothing is lost
 silently. The socket is never blocked on; the channel layer's own capacity bounds the rest.
+
+Gaps: each publishing process numbers its messages (`origin`, `seq`). A skipped number means
+calls this connection never got (a publish lost while Redis was away, a message the layer
+dropped at its capacity): the buffer is dropped and a `reset` sent, as at the bound.
 
 Unauthenticated connections are closed with code 4401, users without a role with 4403.
 This module must not query the call records: the recorder's summaries are the payload.
@@ -19,6 +23,7 @@ This module must not query the call records: the recorder's summaries are the pa
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -27,11 +32,25 @@ from django.conf import settings
 from extproxy.recorder import LIVE_GROUP
 from extproxy.roles import Perm
 
-FLUSH_INTERVAL = 0.1
+FLUSH_INTERVAL = getattr(settings, "EXTPROXY_LIVE_FLUSH_MS", 100) / 1000
+MAX_ORIGINS = 256  # publishing processes remembered per connection (replicas come and go)
 
 
 def buffer_bound() -> int:
     return int(getattr(settings, "EXTPROXY_LIVE_BUFFER", 5000))
+
+
+def gap(seen: OrderedDict, event: dict) -> bool:
+    """True when `event` is not the next message of its publisher (and remembers it)."""
+    origin, seq = event.get("origin"), event.get("seq")
+    if origin is None or not isinstance(seq, int):
+        return False  # a publisher that does not number its messages
+    last = seen.get(origin)
+    seen[origin] = max(seq, last or 0)
+    seen.move_to_end(origin)
+    while len(seen) > MAX_ORIGINS:
+        seen.popitem(last=False)
+    return last is not None and seq > last + 1
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -40,6 +59,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         self.buffer: list[dict] = []
         self.overflowed = False
+        self.sequences: OrderedDict[str, int] = OrderedDict()
         self.flusher: asyncio.Task | None = None
         self.joined = False
         user = self.scope.get("user")
@@ -66,6 +86,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def calls_batch(self, event):
         calls = event.get("calls") or []
+        if gap(self.sequences, event):
+            self.buffer = []
+            self.overflowed = True  # the next flush sends reset: the client refetches
         if self.overflowed:
             pass  # a reset is already due: the snapshot will carry these calls
         elif len(self.buffer) + len(calls) > buffer_bound():

@@ -12,6 +12,7 @@ import math
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
 from django.utils import timezone
@@ -484,3 +485,96 @@ def pending_groups(pods: list[dict]) -> list[dict]:
         group = groups.setdefault(pod["story"].group, {"reason": pod["story"].sentence, "pods": []})
         group["pods"].append(pod)
     return sorted(groups.values(), key=lambda g: -len(g["pods"]))
+
+
+# --- the feed by scheduling attempt ------------------------------------------------------------
+
+ATTEMPT_SCAN = 3  # calls looked at per attempt asked for
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def attempt_to_json(key: str, calls: list[Call], told) -> dict:
+    calls = sorted(calls, key=lambda c: (c.started_at, c.id))
+    first = calls[0]
+    return {
+        "key": key,
+        "pod": {"namespace": first.pod_namespace, "name": first.pod_name, "uid": first.pod_uid},
+        "started_at": _iso(first.started_at),
+        "finished_at": _iso(max(c.finished_at for c in calls)),
+        "state": told.state,
+        "sentence": told.sentence,
+        "node": told.node,
+        "steps": [
+            {"verb": s.verb, "backend": s.backend, "call_id": s.call_id, "duration_ms": s.duration_ms,
+             "outcome": s.outcome, "counted": s.counted, "detail": s.detail, "error": s.error[:500],
+             "rejection": list(s.rejection) if s.rejection else None}
+            for s in told.steps
+        ],
+        "calls": [c.id for c in calls],
+    }
+
+
+def feed_attempts(params, limit: int) -> list[dict]:
+    """The newest attempts with a call matching the feed's filters (or the `keys` asked for),
+    each told as the pod page tells it: chain, times, results, first rejection reasons."""
+    if params.get("keys"):
+        keys = [k for k in params["keys"].split(",") if k][:limit]
+    else:
+        keys = []
+        for call in feed_queryset(params).only("id", "attempt")[: limit * ATTEMPT_SCAN]:
+            key = call.attempt or f"call-{call.id}"
+            if key not in keys:
+                keys.append(key)
+                if len(keys) >= limit:
+                    break
+    found = attempt_calls(keys)
+    backends = configured_backends()
+    now = timezone.now()
+    out = []
+    for key in keys:
+        calls = found.get(key)
+        if calls:
+            told = story_of(calls, [], backends, now)
+            out.append(attempt_to_json(key, calls, told))
+    return out
+
+
+_summary_cache: dict[str, tuple[float, Any]] = {}
+
+
+def _cached(name: str, seconds: float, compute):
+    import time
+
+    hit = _summary_cache.get(name)
+    if hit is not None and time.monotonic() - hit[0] < seconds:
+        return hit[1]
+    value = compute()
+    _summary_cache[name] = (time.monotonic(), value)
+    return value
+
+
+def feed_summary(now: datetime | None = None, minutes: int = 5) -> dict:
+    """The feed's band: attempts/s over the last minute, pods pending now, and per backend the
+    calls, errors and timeouts of the last `minutes` (from the roll-up)."""
+    from django.db.models import Count, Sum
+
+    from . import rollup
+    from .models import LatencyCell
+
+    now = now or timezone.now()
+    rollup.catch_up(max_rows=5000)
+    attempts = (Call.objects.filter(started_at__gte=now - timedelta(seconds=60)).exclude(attempt="")
+                .aggregate(n=Count("attempt", distinct=True))["n"])
+    since = rollup.epoch_minute(now) - minutes + 1
+    per_backend = (LatencyCell.objects.filter(minute__gte=since).values("backend")
+                   .annotate(calls=Sum("calls"), errors=Sum("errors"), timeouts=Sum("timeouts")).order_by("backend"))
+    pending = _cached("pending", 10.0, lambda: len(pending_pods()))
+    return {
+        "attempts_per_s": round(attempts / 60, 2),
+        "pending": pending,
+        "minutes": minutes,
+        "backends": [dict(b) for b in per_backend],
+    }

@@ -38,6 +38,7 @@ def live(request):
         "outcomes": Outcome.values,
         "backends": [b.name for b in _backends()] + ["combined"],
         "filters": {k: request.GET.get(k, "") for k in FEED_FILTERS},
+        "view": "calls" if request.GET.get("view") == "calls" else "attempts",
     }
     return render(request, "dashboard/live.html", context)
 
@@ -54,6 +55,22 @@ def feed_calls(request):
     except (queries.BadFilter, ValueError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"results": results})
+
+
+@viewer_required
+def feed_attempts(request):
+    """The feed by scheduling attempt: {"results": [attempt, ...]} (filters as for calls, or keys=)."""
+    try:
+        limit = max(1, min(int(request.GET.get("limit") or 100), 200))
+        results = queries.feed_attempts(request.GET, limit)
+    except (queries.BadFilter, ValueError) as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"results": results})
+
+
+@viewer_required
+def feed_summary(request):
+    return JsonResponse(queries.feed_summary())
 
 
 def _page(request, items, per_page: int, param: str):

@@ -613,11 +613,14 @@ def channel_layer_publisher(loop: asyncio.AbstractEventLoop | None) -> Publisher
     from channels.layers import get_channel_layer
 
     layer = get_channel_layer()
+    # A sequence number per publishing process: a consumer that sees one skipped (a publish
+    # lost while Redis was away, a message the layer dropped) knows its client must refetch.
+    origin, sequence = uuid.uuid4().hex[:12], iter(range(1, sys.maxsize))
 
     def publish(summaries: list[dict[str, Any]]) -> None:
         if layer is None:
             return
-        message = {"type": "calls.batch", "calls": summaries}
+        message = {"type": "calls.batch", "calls": summaries, "origin": origin, "seq": next(sequence)}
         coro = layer.group_send(LIVE_GROUP, message)
         if loop is not None and loop.is_running():
             # Not waited for: the writer must not stall on the live stream.

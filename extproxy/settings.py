@@ -202,3 +202,11 @@ LOGGING = {
 # HMAC key signing export manifests. Unset: a random key generated once into DATA_DIR
 # (export-hmac.key). Several replicas must share one key: set it (from a Secret).
 EXTPROXY_EXPORT_KEY = os.environ.get("EXTPROXY_EXPORT_KEY", "")
+
+# --- dashboard (issue 10) ----------------------------------------------------------------
+# Calls a live connection may fall behind by before it is sent a reset (and refetches).
+EXTPROXY_LIVE_BUFFER = envint("EXTPROXY_LIVE_BUFFER", 5000)
+# How often a live connection sends what it collected, in milliseconds.
+EXTPROXY_LIVE_FLUSH_MS = envint("EXTPROXY_LIVE_FLUSH_MS", 100)
+# Pods with no scheduling attempt in this many minutes are not listed as pending.
+EXTPROXY_PENDING_MINUTES = envint("EXTPROXY_PENDING_MINUTES", 15)

@@ -80,6 +80,8 @@ def test_it_shows_calls_live_and_explains_the_pod_in_a_browser(
     })
     server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
     log_in(page, server.url, viewer_login)
+    page.goto(server.url + "/?view=calls")  # the call-per-row view
+    page.wait_for_selector("#conn[data-state=live]")
     assert page.locator("#calls tr").count() == 0
 
     post(server.url, "/extender/gpu/filter", fixture_bytes("filter-request.nodecache-true.json"))
@@ -151,6 +153,8 @@ def test_it_renders_html_in_names_labels_reasons_and_errors_as_text_on_every_pag
     request["Pod"]["metadata"]["labels"]["note"] = XSS_LABEL
     body = json.dumps(request).encode()
     log_in(page, server.url, viewer_login)
+    page.goto(server.url + "/?view=calls")
+    page.wait_for_selector("#conn[data-state=live]")
 
     post(server.url, "/extender/gpu/prioritize", body)
     post(server.url, "/extender/gpu/filter", body)

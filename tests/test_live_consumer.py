@@ -119,3 +119,42 @@ async def test_it_accepts_the_session_cookie_of_a_logged_in_user():
     connected, _ = await communicator.connect()
     assert connected and await communicator.receive_json_from() == {"type": "reset"}
     await communicator.disconnect()
+
+
+def numbered(seq: int, *ids: int, origin: str = "replica-a") -> dict:
+    return {"type": "calls.batch", "calls": [summary(i) for i in ids], "origin": origin, "seq": seq}
+
+
+async def test_it_sends_reset_when_a_publishers_sequence_skips_a_message():
+    communicator = await open_stream()
+    layer = get_channel_layer()
+    await layer.group_send(LIVE_GROUP, numbered(1, 1))
+    assert (await communicator.receive_json_from(timeout=2))["payload"]["id"] == 1
+    await layer.group_send(LIVE_GROUP, numbered(1, 50, origin="replica-b"))  # another process: its own numbers
+    assert (await communicator.receive_json_from(timeout=2))["payload"]["id"] == 50
+    await layer.group_send(LIVE_GROUP, numbered(2, 2))
+    assert (await communicator.receive_json_from(timeout=2))["payload"]["id"] == 2
+
+    await layer.group_send(LIVE_GROUP, numbered(4, 4))  # 3 was lost on the way
+
+    assert await communicator.receive_json_from(timeout=2) == {"type": "reset"}
+    assert await communicator.receive_nothing(timeout=0.3)  # the snapshot carries call 4
+    await layer.group_send(LIVE_GROUP, numbered(5, 5))
+    assert (await communicator.receive_json_from(timeout=2))["payload"]["id"] == 5
+    await communicator.disconnect()
+
+
+def test_it_reads_every_live_knob_from_the_environment():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, EXTPROXY_LIVE_BUFFER="123", EXTPROXY_LIVE_FLUSH_MS="250", EXTPROXY_PENDING_MINUTES="7",
+               DJANGO_SETTINGS_MODULE="extproxy.settings")
+    code = ("import django; django.setup(); from dashboard import consumers; from dashboard.queries import pending_window;"
+            "print(consumers.buffer_bound(), consumers.FLUSH_INTERVAL, pending_window().total_seconds())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["123", "0.25", "420.0"], out.stderr
+    bad = subprocess.run([sys.executable, "-c", code], env=dict(env, EXTPROXY_LIVE_BUFFER="lots"), capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0 and "EXTPROXY_LIVE_BUFFER='lots': expected an integer" in bad.stderr

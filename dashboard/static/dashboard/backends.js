@@ -12,6 +12,14 @@
   const dots = { show: true, size: 5 };  // a lone slot with calls still shows
   const fmtMs = (v) => (v == null ? "" : v >= 1000 ? (v / 1000).toPrecision(3) + " s" : v >= 1 ? v.toPrecision(3) + " ms" : v.toPrecision(2) + " ms");
 
+  // What was drawn, for the browser tests (uPlot draws axis labels on its canvas).
+  const drawn = window.__extproxyCharts = [];
+  function plot(opts, columns, target, title) {
+    drawn.push({ title: title, axes: opts.axes.map((a) => a.label), logY: !!(opts.scales.y && opts.scales.y.distr === 3),
+      series: opts.series.map((s) => s.label) });
+    return new uPlot(opts, columns, target);
+  }
+
   function box(container, title) {
     const div = document.createElement("div");
     div.className = "chart";
@@ -29,20 +37,20 @@
       { label: "p90", stroke: "#e90", width: 2, points: dots }, { label: "p99", stroke: "#d33", width: 2, points: dots }];
     if (timeout) {
       columns.push(t.map(() => timeout));
-      series.push({ label: "httpTimeout", stroke: "#555", dash: [6, 4] });
+      series.push({ label: "httpTimeout", stroke: "#555", dash: [6, 4], points: { show: false } });
     }
-    return new uPlot({
+    return plot({
       width: width(), height: 220, series: series, legend: { live: false }, tzDate: utc,
       scales: { x: { time: true }, y: { distr: 3, log: 10 } },
       axes: [{ label: "time (UTC)", labelSize: 18 },
         { label: "latency (ms, log scale)", labelSize: 18, size: 60, values: (u, ticks) => ticks.map(fmtMs) }],
-    }, columns, box(container, s.verb + ": latency percentiles"));
+    }, columns, box(container, s.verb + ": latency percentiles"), s.verb + ": latency percentiles");
   }
 
   function rateChart(container, s) {
     const t = s.points.map((p) => p.t);
     const pct = (v) => (v == null ? null : v * 100);
-    return new uPlot({
+    return plot({
       width: width(), height: 220, legend: { live: false }, tzDate: utc,
       series: [{ label: "time (UTC)" }, { label: "calls/s", stroke: "#37c", width: 2, scale: "rate" },
         { label: "errors %", stroke: "#d33", scale: "pct", points: dots },
@@ -51,7 +59,7 @@
       axes: [{ label: "time (UTC)", labelSize: 18 }, { scale: "rate", label: "calls/s", labelSize: 18, size: 60 },
         { scale: "pct", side: 1, label: "% of calls", labelSize: 18, size: 50, grid: { show: false } }],
     }, [t, s.points.map((p) => p.rate), s.points.map((p) => pct(p.error_rate)), s.points.map((p) => pct(p.timeout_rate))],
-    box(container, s.verb + ": calls/s, errors and timeouts"));
+    box(container, s.verb + ": calls/s, errors and timeouts"), s.verb + ": rates");
   }
 
   // Heatmap: x = time slots, y = latency buckets (log), colour = calls in the cell (log scale).
@@ -101,6 +109,7 @@
     legend.textContent = "colour: calls per cell, log scale, from 1 (pale) to " + max + " (dark)" +
       (timeout ? "; dashed: httpTimeout " + fmtMs(timeout) : "");
     div.appendChild(legend);
+    drawn.push({ title: s.verb + ": heatmap", axes: ["time (UTC)", "latency (ms, log)"], logY: true, series: [] });
   }
 
   for (const container of document.querySelectorAll(".charts")) {

@@ -1,0 +1,99 @@
+"""Every page in a real browser (Debian's chromium, driven by Playwright) with realistic traffic
+through the real proxy (full objects, names, an ignorable backend that times out, a pod with
+no room): the feed by attempt with its summary band, a pod's story (bound and pending), pending
+pods, and the backends page. Screenshots go to test-artifacts/ (not committed)."""
+from __future__ import annotations
+
+import json
+
+from tests.test_dashboard_traffic import BUSY, per_backend_attempt, scene  # noqa: F401 (fixture)
+from tests.test_live_browser import browser_page, shoot, viewer_login  # noqa: F401 (fixtures)
+
+
+def log_in(page, base: str, login, path: str = "/") -> None:
+    page.goto(base + path)
+    page.fill("#id_username", login[0])
+    page.fill("#id_password", login[1])
+    page.click("button[type=submit]")
+    page.wait_for_selector("#conn[data-state=live]")
+
+
+def test_it_shows_each_attempt_its_chain_and_its_first_rejection_live(scene, viewer_login, browser_page):
+    page = browser_page
+    log_in(page, scene.url, viewer_login)
+    assert page.locator("#attempts tr").count() == 0
+    BUSY.add("stuck-b")
+
+    per_backend_attempt(scene, "trainer-a")
+    per_backend_attempt(scene, "stuck-b")
+
+    stuck = page.locator("#attempts tr.attempt-row", has_text="ml-team/stuck-b")
+    bound = page.locator("#attempts tr.attempt-row", has_text="ml-team/trainer-a")
+    page.wait_for_selector("#attempts tr.state-pending")  # arrived live, then told by the server
+    page.wait_for_selector("#attempts tr.state-bound")
+    assert page.locator("#attempts tr.attempt-row").count() == 2
+    assert "example.com/gpu: all devices busy (gpu)" in stuck.locator("td.reason").inner_text()
+    assert bound.locator("td.result").inner_text() == "bound → node-01"
+    chips = [c.inner_text() for c in bound.locator(".step").all()]
+    assert len(chips) == 6 and any(c.startswith("flaky filter") and "skipped" in c for c in chips)
+    assert bound.locator(".step.counted-skipped").count() == 1  # the ignorable timeout: no rejection
+    assert bound.locator("td.reason").inner_text() == "node-02: example.com/gpu: 2 of 4 devices are held by " \
+        "lower-priority pods; need 2 free (gpu)"
+
+    bound.click()
+    detail = page.locator("#attempts tr.attempt-detail")
+    assert detail.locator("tbody tr").count() == 6 and "Bound to node-01" in detail.inner_text()
+    page.wait_for_function("document.getElementById('sum-pending').textContent === '1'", timeout=20_000)
+    assert "flaky" in page.inner_text("#sum-backends")
+    shoot(page, "feed-by-attempt")
+
+    # Client memory stays bounded: 700 attempts streamed in keep 500 rows.
+    fake = [{"id": 10_000 + i, "attempt": f"fake-{i}", "verb": "filter", "backend": "gpu", "outcome": "ok",
+             "pod": {"namespace": "load", "name": f"p{i}", "uid": ""}, "started_at": "2026-12-03T08:00:00Z",
+             "duration_ms": 1.0, "error": "", "node_count": 5, "passed_count": 5} for i in range(700)]
+    page.evaluate("(calls) => window.__extproxyFeed.socket.onmessage({data: JSON.stringify("
+                  "{type: 'calls/batch', payload: calls})})", fake)
+    page.wait_for_function("document.querySelectorAll('#attempts tr.attempt-row').length === 500")
+    assert page.evaluate("window.__extproxyFeed.attempts.size") == 500
+
+
+def test_it_renders_the_story_pending_and_backends_pages(scene, viewer_login, browser_page):
+    page = browser_page
+    BUSY.add("stuck-b")
+    per_backend_attempt(scene, "trainer-a")
+    per_backend_attempt(scene, "stuck-b")
+    scene.flush()
+    log_in(page, scene.url, viewer_login)
+
+    page.goto(scene.url + "/pods/ml-team/stuck-b/")
+    story = page.inner_text("#story")
+    assert "pending" in story and "0/5 nodes are available: 2 example.com/gpu: all devices busy, " \
+        "3 example.com/gpu: node has no GPU devices." in story
+    shoot(page, "pod-story-pending")
+    page.goto(scene.url + "/pods/ml-team/trainer-a/")
+    assert "Bound to node-01 by extender binder gpu." in page.inner_text("#story")
+    rows = [r.inner_text() for r in page.locator("table.chain tbody tr").all()]
+    assert len(rows) == 6 and "skipped" in rows[2] and "flaky" in rows[2]
+    shoot(page, "pod-story-bound")
+
+    page.goto(scene.url + "/pending/")
+    assert "1 pod" in page.inner_text("main") and "ml-team/stuck-b" in page.inner_text("main")
+    assert "trainer-a" not in page.inner_text("main")
+    shoot(page, "pending-grouped")
+
+    page.goto(scene.url + "/backends/")
+    page.wait_for_selector(".charts .uplot")
+    page.wait_for_selector(".charts canvas")
+    glance = [r.inner_text() for r in page.locator("#glance tbody tr").all()]
+    assert any(r.startswith("flaky\tfilter") and "100.0 %" in r for r in glance)  # every flaky call timed out
+    charts = {c["title"]: c for c in page.evaluate("window.__extproxyCharts")}
+    latency = charts["filter: latency percentiles"]
+    assert latency["logY"] and latency["axes"] == ["time (UTC)", "latency (ms, log scale)"]
+    assert latency["series"] == ["time (UTC)", "p50", "p90", "p99", "httpTimeout"]
+    assert charts["filter: rates"]["axes"] == ["time (UTC)", "calls/s", "% of calls"]  # a unit on every axis
+    assert charts["filter: heatmap"]["logY"]
+    assert "--" not in page.inner_text(".u-legend")  # legends name their series
+    data = json.loads(page.inner_text("#chart-data"))
+    assert {(s["backend"], s["verb"]) for s in data["series"]} >= {("gpu", "filter"), ("flaky", "filter")}
+    shoot(page, "backends-glance")
+    assert page.dialogs == []  # type: ignore[attr-defined]
