@@ -106,16 +106,12 @@ def _until_gap(mark: Any, rows: list[tuple], now: datetime) -> tuple[list[tuple]
 
 def _add(model: Any, cells: dict[tuple[str, str, int, int], list[int]]) -> None:
     """Add the counts to the stored cells (the caller holds the mark, so no one else writes)."""
-    from django.db.models import Q
-
-    keys = list(cells)
-    existing: dict[tuple, Any] = {}
-    for start in range(0, len(keys), 200):
-        query = Q()
-        for backend, verb, minute, bucket in keys[start : start + 200]:
-            query |= Q(backend=backend, verb=verb, minute=minute, bucket=bucket)
-        for cell in model.objects.filter(query):
-            existing[(cell.backend, cell.verb, cell.minute, cell.bucket)] = cell
+    minutes = [key[2] for key in cells]
+    existing: dict[tuple, Any] = {
+        (cell.backend, cell.verb, cell.minute, cell.bucket): cell
+        for cell in model.objects.filter(minute__gte=min(minutes), minute__lte=max(minutes)).iterator(chunk_size=2000)
+        if (cell.backend, cell.verb, cell.minute, cell.bucket) in cells
+    }
     fresh, changed = [], []
     for key, (calls, errors, timeouts) in cells.items():
         cell = existing.get(key)
