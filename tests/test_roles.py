@@ -42,6 +42,8 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "api/audit/export/": ("/api/audit/export/", AUDITORS),
     "": ("/", EVERYONE),
     "feed/calls/": ("/feed/calls/", EVERYONE),
+    "feed/attempts/": ("/feed/attempts/", EVERYONE),
+    "feed/summary/": ("/feed/summary/", EVERYONE),
     "pods/<str:namespace>/<path:name>/": ("/pods/ml/trainer/", EVERYONE),
     "backends/": ("/backends/", EVERYONE),
     "pending/": ("/pending/", EVERYONE),
