@@ -35,6 +35,7 @@ bench: migrate browser
 	$(PY) bench/run.py
 	$(PY) bench/feed.py
 	$(PY) bench/export_bench.py
+	$(PY) bench/pages.py
 
 clean:
 	rm -rf $(VENV) var

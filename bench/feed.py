@@ -2,10 +2,13 @@
 
 Starts extproxy (production command, fresh SQLite, recording on) in front of the reference
 extender, logs a headless Debian chromium into the live feed, then sends filter calls at a
-fixed rate through the proxy, each for its own pod. In the page a MutationObserver notes when
+fixed rate through the proxy, each for its own pod: once with the feed by call (`?view=calls`)
+and once by attempt (the default view; each call is its own attempt here, and the page asks
+the server to tell the newest attempts every second). In the page a MutationObserver notes when
 each pod's row appears, and requestAnimationFrame notes the longest gap between frames (how
-long the page was unresponsive). Prints calls sent, calls seen in the feed, send-to-shown
-latency p50/p99, and the longest frame gap. Only 127.0.0.1 is used; the run is bounded.
+long the page was unresponsive). Prints per view calls sent, calls seen in the feed,
+send-to-shown latency p50/p99, the longest frame gap, and what the page holds at the end (rows,
+attempts, ids remembered: bounded). Only 127.0.0.1 is used; the run is bounded.
 """
 from __future__ import annotations
 
@@ -45,7 +48,8 @@ OBSERVER = """
       const m = link ? link.textContent.match(/feed-\\d+$/) : null;
       if (m && !(m[0] in window.__seen)) window.__seen[m[0]] = now;
     }
-  }).observe(document.getElementById("calls"), {childList: true});
+  }).observe(document.getElementById(window.__extproxyFeed && location.search.includes("view=calls") ? "calls" : "attempts"),
+              {childList: true});
 }
 """
 
@@ -56,7 +60,18 @@ def body_for(template: dict, i: int) -> bytes:
     return json.dumps(args).encode()
 
 
-async def send_load(url: str, template: dict) -> dict[str, float]:
+def report(view: str, sent: dict[str, float], seen: dict[str, float], max_gap: float, held: dict) -> None:
+    latencies = [seen[name] - at for name, at in sent.items() if name in seen]
+    print(f"\nlive feed by {view}, {RATE} calls/s for {SECONDS:.0f}s: {len(sent)} calls sent, "
+          f"{len(latencies)} rows seen in the feed")
+    if latencies:
+        print(f"send -> row shown: p50 {pct(latencies, 0.5):.0f} ms, p99 {pct(latencies, 0.99):.0f} ms, "
+              f"max {max(latencies):.0f} ms")
+    print(f"longest gap between frames (page unresponsive): {max_gap:.0f} ms")
+    print(f"held by the page at the end: {held['rows']} rows, {held['attempts']} attempts, {held['seen']} call ids")
+
+
+async def send_load(url: str, template: dict, offset: int = 0) -> dict[str, float]:
     """RATE calls/s for SECONDS, paced every 20 ms; returns pod name -> send time (ms)."""
     sent: dict[str, float] = {}
     total = int(RATE * SECONDS)
@@ -70,7 +85,7 @@ async def send_load(url: str, template: dict) -> dict[str, float]:
         tasks = []
         start = time.monotonic()
         for tick in range(0, total, per_tick):
-            tasks += [asyncio.create_task(one(i)) for i in range(tick, min(total, tick + per_tick))]
+            tasks += [asyncio.create_task(one(offset + i)) for i in range(tick, min(total, tick + per_tick))]
             await asyncio.sleep(max(0.0, start + (tick + per_tick) / RATE - time.monotonic()))
         await asyncio.gather(*tasks)
     return sent
@@ -112,22 +127,26 @@ def main() -> int:
             page.fill("input[name=password]", "bench")
             page.click("button[type=submit]")
             page.wait_for_selector("#conn[data-state=live]", timeout=15000)
-            page.evaluate(OBSERVER)
-            result: dict = {}
-            loader = threading.Thread(target=lambda: result.update(sent=asyncio.run(send_load(f"{base}/extender/ref/filter", template))))
-            loader.start()
-            while loader.is_alive():
-                page.wait_for_timeout(200)  # keep the page's event loop turning
-            page.wait_for_timeout(3000)  # let the last batches arrive
-            seen = page.evaluate("window.__seen")
-            max_gap = page.evaluate("window.__maxGap")
+            offset = 0
+            for view in ("calls", "attempts"):
+                page.goto(f"{base}/?view={view}")
+                page.wait_for_selector("#conn[data-state=live]", timeout=15000)
+                page.wait_for_timeout(500)  # the first reset's snapshot
+                page.evaluate(OBSERVER)
+                result: dict = {}
+                loader = threading.Thread(target=lambda: result.update(
+                    sent=asyncio.run(send_load(f"{base}/extender/ref/filter", template, offset))))
+                loader.start()
+                while loader.is_alive():
+                    page.wait_for_timeout(200)  # keep the page's event loop turning
+                page.wait_for_timeout(3000)  # let the last batches arrive
+                seen = page.evaluate("window.__seen")
+                max_gap = page.evaluate("window.__maxGap")
+                held = page.evaluate("({rows: document.querySelectorAll('#calls tr, #attempts tr').length,"
+                                     " attempts: window.__extproxyFeed.attempts.size, seen: window.__extproxyFeed.seen.size})")
+                offset += len(result["sent"])
+                report(view, result["sent"], seen, max_gap, held)
             browser.close()
-        sent = result["sent"]
-        latencies = [seen[name] - at for name, at in sent.items() if name in seen]
-        print(f"\nlive feed at {RATE} calls/s for {SECONDS:.0f}s: {len(sent)} calls sent, {len(latencies)} rows seen in the feed")
-        if latencies:
-            print(f"send -> row shown: p50 {pct(latencies, 0.5):.0f} ms, p99 {pct(latencies, 0.99):.0f} ms, max {max(latencies):.0f} ms")
-        print(f"longest gap between frames (page unresponsive): {max_gap:.0f} ms")
         return 0
     finally:
         stop(proxy, "extproxy")
