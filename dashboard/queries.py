@@ -388,7 +388,8 @@ def scheduler_events(pods: list[tuple[str, str]], since: datetime | None = None)
     events = SchedulerEvent.objects.filter(query)
     if since is not None:
         events = events.filter(at__gte=since)
-    for event in events.order_by("at", "id")[:5000]:
+    # The newest ones (a pod pending for days has thousands), in time order.
+    for event in reversed(list(events.order_by("-at", "-id")[:200 * len(pods)])):
         found[(event.pod_namespace, event.pod_name)].append(event)
     return found
 

@@ -18,7 +18,8 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Sequence
 
 from extproxy.config import BackendConfig
-from extproxy.semantics import FilterChain, Verdict, bind_fallthrough, choose_binder
+from extproxy.models import _decisions
+from extproxy.semantics import FilterChain, Outcome, Verdict, bind_fallthrough, choose_binder
 
 #: How long after its last call an attempt with feasible nodes and no bind counts as running.
 IN_PROGRESS_GRACE = timedelta(seconds=30)
@@ -70,7 +71,7 @@ def _verdict(outcome: str, decisions: list[dict]) -> Verdict | None:
     if outcome != "ok":
         return None
     return Verdict(
-        outcome="ok", error="", decisions=decisions, findings=[],
+        outcome=Outcome.OK, error="", decisions=[], findings=[],
         passed=[d["node"] for d in decisions if d["result"] == "passed"],
         failed={d["node"]: d.get("reason") or "" for d in decisions if d["result"] == "failed" and d.get("reason")},
         unresolvable={d["node"]: d.get("reason") or "" for d in decisions if d["result"] == "unresolvable"},
@@ -109,8 +110,6 @@ def sources(calls: Sequence[Any], verb: str) -> list[_Source]:
         parent = max(combined, key=lambda c: (c.started_at, c.id))
         out = []
         for child in sorted(parent.backend_calls.all(), key=lambda b: (b.started_at, b.id)):
-            from extproxy.models import _decisions
-
             out.append(_Source(child.verb, child.backend, parent.id, child.started_at, child.finished_at,
                                child.outcome, child.error, _decisions(child.decisions_blob), parent.node_count))
         return out
@@ -121,10 +120,11 @@ def sources(calls: Sequence[Any], verb: str) -> list[_Source]:
     ]
 
 
-def filter_chain(calls: Sequence[Any], backends: Mapping[str, BackendConfig]) -> tuple[list[Step], FilterChain | None]:
+def filter_chain(calls: Sequence[Any], backends: Mapping[str, BackendConfig]) -> tuple[list[Step], FilterChain | None, int]:
+    """The attempt's filter calls fed to the scheduler's chain: (steps, the chain, nodes it started with)."""
     found = sources(calls, "filter")
     if not found:
-        return [], None
+        return [], None, 0
     first = next((s for s in found if s.decisions), None)
     names = [d["node"] for d in first.decisions] if first else [f"#{i}" for i in range(found[0].node_count)]
     chain = FilterChain(names)
@@ -138,12 +138,13 @@ def filter_chain(calls: Sequence[Any], backends: Mapping[str, BackendConfig]) ->
             step.counted = "not counted"  # the scheduler had stopped: no call of its made this
         else:
             chain.apply(config, _verdict(source.outcome, source.decisions), source.error or source.outcome)
-            step.counted = chain.steps[-1].outcome
+            # a failed call ends the chain in error, unless its backend is ignorable: then skipped
+            step.counted = "ok" if source.outcome == "ok" else ("error" if chain.error else "skipped")
         if source.outcome == "ok":
             passed = sum(1 for d in source.decisions if d["result"] == "passed")
             step.detail = f"{passed}/{len(source.decisions)} passed"
         steps.append(step)
-    return steps, chain
+    return steps, chain, len(names)
 
 
 def _score_steps(calls: Sequence[Any]) -> list[Step]:
@@ -194,7 +195,7 @@ def tell(
     calls = sorted(calls, key=lambda c: (c.started_at, c.id))
     start = calls[0].started_at
     end = max(c.finished_at for c in calls)
-    filter_steps, chain = filter_chain(calls, backends)
+    filter_steps, chain, started_with = filter_chain(calls, backends)
     steps = filter_steps + _score_steps(calls) + _preempt_steps(calls, backends)
     story = Story(state="unknown", sentence="")
     ours = [e for e in events if e.at >= start - EVENT_SLACK]
@@ -212,7 +213,7 @@ def tell(
 
     if chain is not None:
         result = chain.result()
-        story.total = len(chain.input_names)
+        story.total = started_with
         story.feasible = len(result.passed)
     if bound_by:
         story.state, story.bound_by = "bound", bound_by
