@@ -127,7 +127,8 @@ def filter_chain(calls: Sequence[Any], backends: Mapping[str, BackendConfig]) ->
         return [], None, 0
     first = next((s for s in found if s.decisions), None)
     names = [d["node"] for d in first.decisions] if first else [f"#{i}" for i in range(found[0].node_count)]
-    chain = FilterChain(names)
+    # An undecodable request has no node list: one stand-in, so the chain still reads its error.
+    chain = FilterChain(names or ["(nodes unknown)"])
     steps = []
     for source in found:
         config = _config(backends, source.backend)
