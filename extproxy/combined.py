@@ -125,7 +125,7 @@ class Combined:
         for config, request, exchange in zip(backends, requests, exchanges):
             verdict = None
             if exchange.status is not None:
-                verdict = semantics.judge_filter(config, args.node_names, exchange.status, exchange.body)
+                verdict = semantics.judge_filter(config, args.node_names, exchange.status, exchange.body, keep_objects=True)
             results.append((config, verdict, exchange.error))
             children.append(self.child(config, Verb.FILTER, request, exchange, verdict))
         return semantics.parallel_filter(args.node_names, results, args.items)

@@ -1,4 +1,4 @@
-"""The Kubernetes API, through the official client: binding pods (and, later, the node cache).
+"""The Kubernetes API, through the official client: binding pods, and the Nodes the node cache lists.
 
 Configuration: in-cluster service account when running in a pod, else the kubeconfig named
 by KUBECONFIG (or ~/.kube/config). The client is synchronous; callers run it in a thread,

@@ -8,9 +8,14 @@ JSON (camelCase dicts), which is what a backend in full-object mode expects. Rea
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any
+
+from kubernetes import watch
+
+from . import kube
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +56,7 @@ class NodeCache:
     def _api(self):
         if self._api_factory is not None:
             return self._api_factory()
-        from .kube import core_api
-
-        return core_api()
+        return kube.core_api()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -65,8 +68,6 @@ class NodeCache:
                 self._stop.wait(self._backoff)
 
     def _list(self) -> None:
-        import json
-
         response = self._api().list_node(_preload_content=False)
         data = json.loads(response.data)
         nodes = {item["metadata"]["name"]: item for item in data.get("items") or ()}
@@ -76,8 +77,6 @@ class NodeCache:
         self._ready.set()
 
     def _watch(self) -> None:
-        from kubernetes import watch
-
         watcher = watch.Watch()
         for event in watcher.stream(self._api().list_node, resource_version=self.resource_version, timeout_seconds=300):
             if self._stop.is_set():

@@ -251,7 +251,7 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
     victims: dict[str, list[str]] = {}
     try:
         if trace.verb in ("filter", "prioritize"):
-            split = protocol.split_extender_args(trace.request_body)
+            split = protocol.split_extender_args(trace.request_body, keep_items=False)
             ns, name, uid = split.pod_identity
             ident.update(namespace=ns, name=name, uid=uid, nodes=split.node_names, names_mode=split.names_mode)
         elif trace.verb == "bind":

@@ -6,6 +6,7 @@ goes in ``extproxy.semantics``.
 
 * ``gojson``: Go's encoding/json on msgspec (first value, key folding, type checks, errors);
 * ``types``: the wire types, and ``Verb``, the four calls;
+* ``objects``: Pods and Nodes inside messages: identity, and the one NodeList reader;
 * ``decode``: one exact decoder per message;
 * ``encode``: one encoder per message, byte-compatible with Go's json.Marshal;
 * ``raw``: the hot path's split of ExtenderArgs into parts kept as bytes, and the joins back.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 from .decode import (
     ArgsParts,
-    NodeListParts,
     decode_binding_args,
     decode_binding_result,
     decode_extender_args,
@@ -25,8 +25,6 @@ from .decode import (
     decode_host_priority_list,
     decode_preemption_args,
     decode_preemption_result,
-    identity_of,
-    node_name_of,
     read_extender_args,
 )
 from .encode import (
@@ -43,6 +41,7 @@ from .encode import (
     encode_preemption_result,
 )
 from .gojson import ProtocolError, envelope_keys, go_key
+from .objects import NodeListParts, identity_of, node_name_of
 from .raw import RawArgs, join_extender_args, join_filter_result, pod_identity, split_extender_args
 from .types import (
     MAX_EXTENDER_PRIORITY,

@@ -37,6 +37,7 @@ from .gojson import (
     _trim,
     _type_error,
 )
+from .objects import NodeListParts, _node_list, identity_of
 from .types import (
     BindingArgs,
     BindingResult,
@@ -49,22 +50,7 @@ from .types import (
     Victims,
 )
 
-class _Meta(msgspec.Struct):
-    name: str | None = None
-    namespace: str | None = None
-    uid: str | None = None
-
-
-class _Identified(msgspec.Struct):
-    """A Kubernetes object seen only for its identity (the rest is skipped, not built)."""
-
-    metadata: _Meta | None = None
-
-
-_identity_decoder = msgspec.json.Decoder(_Identified | None)
-
 _F_ARGS = _Fields(["Pod", "Nodes", "NodeNames"])
-_F_NODELIST = _Fields(["metadata", "items"])  # json tags match case-insensitively too
 _F_FILTER = _Fields(["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"])
 _F_HOST = _Fields(["Host", "Score"])
 _F_BIND_ARGS = _Fields(["PodName", "PodNamespace", "PodUID", "Node"])
@@ -73,83 +59,6 @@ _F_VICTIMS = _Fields(["Pods", "NumPDBViolations"])
 _F_METAPOD = _Fields(["UID"])
 _F_PREEMPT_ARGS = _Fields(["Pod", "NodeNameToVictims", "NodeNameToMetaVictims"])
 _F_PREEMPT_RESULT = _Fields(["NodeNameToMetaVictims"])
-
-
-def identity_of(raw: _Buf, where: str) -> tuple[str, str, str]:
-    """(namespace, name, uid) of one Pod or Node object's JSON; '' for absent fields or null.
-
-    Those three are typed like Go's ObjectMeta (a number for a name fails); the rest of the
-    object is neither built nor type-checked.
-    """
-    try:
-        obj = _identity_decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise ProtocolError(f"json: cannot unmarshal {where}: {exc}") from None
-    md = obj.metadata if obj is not None else None
-    return (md.namespace or "", md.name or "", md.uid or "") if md is not None else ("", "", "")
-
-
-def node_name_of(item: _Buf) -> str:
-    """metadata.name of one Node object's JSON ('' when absent or when the item is null)."""
-    return identity_of(item, "NodeList.items")[1]
-
-
-@dataclass(slots=True)
-class NodeListParts:
-    """A *v1.NodeList with its items left as bytes (each an object or null) and their names."""
-
-    items: list[bytes]
-    names: list[str]
-    metadata: dict
-
-
-class _ExactNodeList(msgspec.Struct, forbid_unknown_fields=True):
-    """A NodeList whose keys are spelled exactly as Go's tags: read in one pass (the usual case)."""
-
-    items: list[msgspec.Raw] | None = None
-    metadata: msgspec.Raw = msgspec.Raw(b"null")
-
-
-_exact_node_list = msgspec.json.Decoder(_ExactNodeList)
-
-
-def _node_list(raw: _Buf, where: str) -> NodeListParts | None:
-    """*v1.NodeList -> its parts; None for null. The one reader of NodeLists, in every message."""
-    k = _jkind(raw)
-    if k == "null":
-        return None
-    if k != "object":
-        raise _type_error(k, where, "v1.NodeList")
-    try:  # keys exactly "items"/"metadata": one C pass (a repeated key: the last one, as in Go)
-        exact = _exact_node_list.decode(raw)
-        items = _checked_items([bytes(i) for i in exact.items or ()], "NodeList.items", "v1.Node")
-        meta = _object(_trim(exact.metadata), "NodeList.metadata", "v1.ListMeta") or {}
-    except msgspec.ValidationError:  # other spellings, or wrong types: Go's key rules, one key at a time
-        items, meta = [], {}
-        for name, val in _struct_pairs(raw, "v1.NodeList", _F_NODELIST) or []:
-            if name == "items":
-                items = _raw_items(val, "NodeList.items", "v1.Node")
-            else:
-                meta = {**meta, **(_object(val, "NodeList.metadata", "v1.ListMeta") or {})}
-    return NodeListParts(items, [node_name_of(item) for item in items], meta)
-
-
-def _raw_items(raw: _Buf, where: str, gotype: str) -> list[bytes]:
-    """A []T of objects as each item's bytes (null list: [])."""
-    k = _jkind(raw)
-    if k == "null":
-        return []
-    if k != "array":
-        raise _type_error(k, where, "[]" + gotype)
-    return _checked_items([bytes(item) for item in _raw_list_decoder.decode(raw)], where, gotype)
-
-
-def _checked_items(items: list[bytes], where: str, gotype: str) -> list[bytes]:
-    """``items``, each checked to be an object or null, as Go's decoder requires of a []T."""
-    for item in items:
-        if item[0] not in (0x7B, 0x6E):  # '{' or 'n'
-            raise _type_error(_jkind(item), where, gotype)
-    return items
 
 
 @dataclass(slots=True)
@@ -166,8 +75,11 @@ class ArgsParts:
     node_names: list[str] | None
 
 
-def read_extender_args(body: bytes) -> ArgsParts:
-    """The one reader of ExtenderArgs: every occurrence of a key is checked, the last one wins."""
+def read_extender_args(body: bytes, keep_items: bool = True) -> ArgsParts:
+    """The one reader of ExtenderArgs: every occurrence of a key is checked, the last one wins.
+
+    ``keep_items=False``: the Nodes' names only (``nodes.items`` is None), with the same checks.
+    """
     pod_raw: bytes = b"null"
     nodes: NodeListParts | None = None
     names: list[str] | None = None
@@ -178,7 +90,7 @@ def read_extender_args(body: bytes) -> ArgsParts:
                 raise _type_error(k, "ExtenderArgs.Pod", "v1.Pod")
             pod_raw = bytes(_trim(val))
         elif name == "Nodes":
-            nodes = _node_list(val, "ExtenderArgs.Nodes")
+            nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items)
         else:
             names = _string_list(val, "ExtenderArgs.NodeNames")
     return ArgsParts(pod_raw, identity_of(pod_raw, "ExtenderArgs.Pod"), nodes, names)
@@ -189,18 +101,18 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     parts = read_extender_args(body)
     nodes = meta = None
     if parts.nodes is not None:
-        nodes = [_any_decoder.decode(item) or {} for item in parts.nodes.items]
+        nodes = [_any_decoder.decode(item) or {} for item in parts.nodes.items or ()]
         meta = parts.nodes.metadata
     pod = _any_decoder.decode(parts.pod_raw) or {}
     return ExtenderArgs(pod=pod, nodes=nodes, node_names=parts.node_names, nodes_metadata=meta)
 
 
-def decode_filter_result(body: bytes, names_only: bool = False) -> FilterResult:
+def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool = False) -> FilterResult:
     """Decode an ExtenderFilterResult body (filter response).
 
     names_only: returned Node objects are not built: ``nodes`` holds ``{"metadata": {"name": ...}}``
-    stubs and ``node_items`` each object's bytes as returned (what a reader of names, or a
-    forwarder of the objects, needs; building 1000 full Nodes would cost most of the time).
+    stubs (building 1000 full Nodes would cost most of the time). keep_items, with names_only:
+    ``node_items`` holds each returned object's bytes as they came (for a forwarder of them).
     """
     node_list: NodeListParts | None = None
     names: list[str] | None = None
@@ -209,7 +121,7 @@ def decode_filter_result(body: bytes, names_only: bool = False) -> FilterResult:
     error = ""
     for name, val in _top(body, "v1.ExtenderFilterResult", _F_FILTER):
         if name == "Nodes":
-            node_list = _node_list(val, "ExtenderFilterResult.Nodes")
+            node_list = _node_list(val, "ExtenderFilterResult.Nodes", keep_items=keep_items or not names_only)
         elif name == "NodeNames":
             names = _string_list(val, "ExtenderFilterResult.NodeNames")
         elif name == "FailedNodes":
@@ -224,7 +136,7 @@ def decode_filter_result(body: bytes, names_only: bool = False) -> FilterResult:
         if names_only:
             nodes = [{"metadata": {"name": name}} for name in node_list.names]
         else:
-            nodes = [_any_decoder.decode(item) or {} for item in items]
+            nodes = [_any_decoder.decode(item) or {} for item in items or ()]
     return FilterResult(
         nodes=nodes,
         node_names=names,
@@ -232,7 +144,7 @@ def decode_filter_result(body: bytes, names_only: bool = False) -> FilterResult:
         failed_and_unresolvable=unres or {},
         error=error,
         nodes_metadata=meta,
-        node_items=items if names_only else None,
+        node_items=items if names_only and keep_items else None,
     )
 
 

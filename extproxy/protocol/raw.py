@@ -28,26 +28,24 @@ class RawArgs:
     pod_raw: bytes
     pod_identity: tuple[str, str, str]  # (namespace, name, uid)
     node_names: list[str]
-    items: list[bytes] | None  # the Nodes items (full-object mode); None in names mode
-
-    @property
-    def names_mode(self) -> bool:
-        return self.items is None
+    items: list[bytes] | None  # the Nodes items (full-object mode, when kept); None in names mode
+    names_mode: bool = True  # the request listed NodeNames (or no list at all)
 
 
-def split_extender_args(body: bytes) -> RawArgs:
+def split_extender_args(body: bytes, keep_items: bool = True) -> RawArgs:
     """The Pod decoded and the node names; Node items kept as raw bytes (see RawArgs).
 
     Read by ``decode.read_extender_args``, the same reader (and type checks) as the full
     decoder; NodeNames wins when both lists are set, as in the scheduler's own requests.
+    ``keep_items=False`` (the recorder): names only, ``items`` stays None.
     """
-    parts = read_extender_args(body)
+    parts = read_extender_args(body, keep_items)
     pod = _any_decoder.decode(parts.pod_raw) or {}
     if parts.node_names is not None:
         return RawArgs(pod, parts.pod_raw, parts.pod_identity, parts.node_names, None)
     if parts.nodes is None:
         return RawArgs(pod, parts.pod_raw, parts.pod_identity, [], None)
-    return RawArgs(pod, parts.pod_raw, parts.pod_identity, parts.nodes.names, parts.nodes.items)
+    return RawArgs(pod, parts.pod_raw, parts.pod_identity, parts.nodes.names, parts.nodes.items, names_mode=False)
 
 
 def join_extender_args(pod_raw: bytes, names: list[str] | None = None, items: list[bytes] | None = None) -> bytes:

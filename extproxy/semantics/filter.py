@@ -132,7 +132,7 @@ class FilterChain(Chain):
 
     def judge(self, backend: BackendConfig, status: int, body: bytes) -> Verdict:
         """The chain's reading of a reply (no per-node decisions: the recorder makes those)."""
-        return judge_filter(backend, self._remaining, status, body, with_decisions=False)
+        return judge_filter(backend, self._remaining, status, body, with_decisions=False, keep_objects=True)
 
     def apply(self, backend: BackendConfig, verdict: Verdict | None, transport_error: str = "") -> None:
         self._take(backend)

@@ -99,20 +99,28 @@ def _error_under_200(text: str, findings: list[dict]) -> Verdict:
     return _fail(text, findings)
 
 
-def _filter_result(body: bytes) -> FilterResult:
-    return decode_filter_result(body, names_only=True)  # only the names of returned Nodes matter
-
-
 def judge_filter(
-    backend: BackendConfig, input_names: list[str], status: int, body: bytes, *, with_decisions: bool = True
+    backend: BackendConfig,
+    input_names: list[str],
+    status: int,
+    body: bytes,
+    *,
+    with_decisions: bool = True,
+    keep_objects: bool = False,
 ) -> Verdict:
     """Read a filter reply as kube-scheduler does (§4.3, §5 items 3-5, 7, 9).
 
     ``with_decisions=False`` skips the per-node decisions (and the dropped-without-reason
     finding that comes from them): the combined form's hot path needs only the lists and maps.
+    ``keep_objects``: keep the returned Node objects' bytes (``passed_items``) for a caller that
+    passes them on, as the scheduler does; a reader of verdicts needs only their names.
     The backend's ``target`` (its urlPrefix) names it in the scheduler's messages.
     """
-    r = _read(backend, Verb.FILTER, status, body, _filter_result)
+
+    def decode(reply: bytes) -> FilterResult:  # the returned Nodes are not built, only named
+        return decode_filter_result(reply, names_only=True, keep_items=keep_objects)
+
+    r = _read(backend, Verb.FILTER, status, body, decode)
     if isinstance(r, Verdict):
         return r
     findings: list[dict] = []

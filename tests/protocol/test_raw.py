@@ -44,6 +44,8 @@ def test_it_splits_captured_requests_like_the_full_decoder(name, ns, pod, uid, n
     assert full_names == nodes
     if s.items is not None:  # each item is the request's own bytes, and decodes to the full decoder's Node
         assert [json.loads(i) for i in s.items] == args.nodes and all(i in body for i in s.items)
+    names_only = p.split_extender_args(body, keep_items=False)  # the recorder's reading
+    assert (names_only.node_names, names_only.names_mode, names_only.items) == (s.node_names, s.names_mode, None)
 
 
 @pytest.mark.parametrize(
@@ -88,7 +90,10 @@ def test_it_rejects_what_the_full_decoder_rejects(body):
         p.split_extender_args(body)
     with pytest.raises(ProtocolError) as full_error:
         p.decode_extender_args(body)
+    with pytest.raises(ProtocolError) as names_error:
+        p.split_extender_args(body, keep_items=False)
     assert str(split_error.value) == str(full_error.value)
+    assert str(names_error.value) == str(split_error.value)
 
 
 @pytest.mark.parametrize(

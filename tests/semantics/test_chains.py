@@ -322,8 +322,8 @@ def test_it_answers_no_objects_when_the_chain_fails():
 def test_parallel_filter_carries_returned_node_objects(b, second, answer):
     a = FALSE
     names = ["n1", "n2", "n3"]
-    results = [(a, judge_filter(a, names, *objects(MARKED["n1"], MARKED["n2"])), ""),
-               (b, judge_filter(b, names, *second), "")]
+    results = [(a, judge_filter(a, names, *objects(MARKED["n1"], MARKED["n2"]), keep_objects=True), ""),
+               (b, judge_filter(b, names, *second, keep_objects=True), "")]
     res = parallel_filter(names, results, list(ORIGINAL.values()))
     assert res.items == answer
 

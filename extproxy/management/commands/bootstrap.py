@@ -33,7 +33,7 @@ class Command(BaseCommand):
                 ConfiguredBackend(
                     name=b.name,
                     position=i,
-                    target=b.url_prefix or f"policy:{b.policy}",
+                    target=b.target,
                     filter_verb=b.filter_verb,
                     prioritize_verb=b.prioritize_verb,
                     preempt_verb=b.preempt_verb,

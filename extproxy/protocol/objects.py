@@ -1,0 +1,145 @@
+"""Kubernetes objects inside extender messages: their identity, and NodeLists.
+
+Pod and Node objects are kept as received (dicts, or bytes to forward); only what the proxy
+needs of them is read: metadata's namespace, name and uid, typed like Go's ObjectMeta. The one
+NodeList reader serves every message that carries one, with one set of checks.
+
+May import: the standard library, msgspec and ``protocol.gojson``. No Django, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from .gojson import (
+    ProtocolError,
+    _Buf,
+    _Fields,
+    _jkind,
+    _object,
+    _raw_list_decoder,
+    _struct_pairs,
+    _trim,
+    _type_error,
+)
+
+_F_NODELIST = _Fields(["metadata", "items"])  # json tags match case-insensitively too
+
+
+class _Meta(msgspec.Struct):
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+
+
+class _Identified(msgspec.Struct):
+    """A Kubernetes object seen only for its identity (the rest is skipped, not built)."""
+
+    metadata: _Meta | None = None
+
+
+_identity_decoder = msgspec.json.Decoder(_Identified | None)
+
+def identity_of(raw: _Buf, where: str) -> tuple[str, str, str]:
+    """(namespace, name, uid) of one Pod or Node object's JSON; '' for absent fields or null.
+
+    Those three are typed like Go's ObjectMeta (a number for a name fails); the rest of the
+    object is neither built nor type-checked.
+    """
+    try:
+        obj = _identity_decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"json: cannot unmarshal {where}: {exc}") from None
+    md = obj.metadata if obj is not None else None
+    return (md.namespace or "", md.name or "", md.uid or "") if md is not None else ("", "", "")
+
+
+def node_name_of(item: _Buf) -> str:
+    """metadata.name of one Node object's JSON ('' when absent or when the item is null)."""
+    return identity_of(item, "NodeList.items")[1]
+
+
+def _name(obj: _Identified | None) -> str:
+    return (obj.metadata.name or "") if obj is not None and obj.metadata is not None else ""
+
+
+@dataclass(slots=True)
+class NodeListParts:
+    """A *v1.NodeList: its items' names, and the items as bytes (each an object or null).
+
+    ``items`` is None when the reader asked for names only.
+    """
+
+    items: list[bytes] | None
+    names: list[str]
+    metadata: dict
+
+
+class _ExactNodeList(msgspec.Struct, forbid_unknown_fields=True):
+    """A NodeList whose keys are spelled exactly as Go's tags: read in one pass (the usual case)."""
+
+    items: list[msgspec.Raw] | None = None
+    metadata: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _ExactNamedList(msgspec.Struct, forbid_unknown_fields=True):
+    """The same, when only the items' names are wanted: nothing but them is built."""
+
+    items: list[_Identified | None] | None = None
+    metadata: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_exact_node_list = msgspec.json.Decoder(_ExactNodeList)
+_exact_named_list = msgspec.json.Decoder(_ExactNamedList)
+
+
+def _node_list(raw: _Buf, where: str, keep_items: bool = True) -> NodeListParts | None:
+    """*v1.NodeList -> its parts; None for null. The one reader of NodeLists, in every message.
+
+    ``keep_items=False``: names only (a reader of verdicts needs no more, and the items' bytes
+    cost a copy and a decode each); the checks are the same.
+    """
+    k = _jkind(raw)
+    if k == "null":
+        return None
+    if k != "object":
+        raise _type_error(k, where, "v1.NodeList")
+    if not keep_items:
+        try:
+            named = _exact_named_list.decode(raw)
+            meta = _object(_trim(named.metadata), "NodeList.metadata", "v1.ListMeta") or {}
+            return NodeListParts(None, [_name(obj) for obj in named.items or ()], meta)
+        except msgspec.ValidationError:
+            pass  # other spellings, or wrong types: the exact reading below says which
+    try:  # keys exactly "items"/"metadata": one C pass (a repeated key: the last one, as in Go)
+        exact = _exact_node_list.decode(raw)
+        items = _checked_items([bytes(i) for i in exact.items or ()], "NodeList.items", "v1.Node")
+        meta = _object(_trim(exact.metadata), "NodeList.metadata", "v1.ListMeta") or {}
+    except msgspec.ValidationError:  # other spellings, or wrong types: Go's key rules, one key at a time
+        items, meta = [], {}
+        for name, val in _struct_pairs(raw, "v1.NodeList", _F_NODELIST) or []:
+            if name == "items":
+                items = _raw_items(val, "NodeList.items", "v1.Node")
+            else:
+                meta = {**meta, **(_object(val, "NodeList.metadata", "v1.ListMeta") or {})}
+    return NodeListParts(items if keep_items else None, [node_name_of(item) for item in items], meta)
+
+
+def _raw_items(raw: _Buf, where: str, gotype: str) -> list[bytes]:
+    """A []T of objects as each item's bytes (null list: [])."""
+    k = _jkind(raw)
+    if k == "null":
+        return []
+    if k != "array":
+        raise _type_error(k, where, "[]" + gotype)
+    return _checked_items([bytes(item) for item in _raw_list_decoder.decode(raw)], where, gotype)
+
+
+def _checked_items(items: list[bytes], where: str, gotype: str) -> list[bytes]:
+    """``items``, each checked to be an object or null, as Go's decoder requires of a []T."""
+    for item in items:
+        if item[0] not in (0x7B, 0x6E):  # '{' or 'n'
+            raise _type_error(_jkind(item), where, gotype)
+    return items
