@@ -34,14 +34,33 @@ async def http_app(scope, receive, send):
         await django_app(scope, receive, send)
 
 
+async def _start_extender_listener():
+    """The separate extender port, when EXTPROXY_EXTENDER_PORT is set (see listener.py)."""
+    from django.conf import settings
+
+    from .listener import start_listener
+
+    if not settings.EXTPROXY_EXTENDER_PORT:
+        return None
+    return await start_listener(settings.EXTPROXY_EXTENDER_HOST, settings.EXTPROXY_EXTENDER_PORT)
+
+
 async def lifespan_app(scope, receive, send):
+    listener = None
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             dashboard_background.start()
+            try:
+                listener = await _start_extender_listener()
+            except OSError as exc:
+                await send({"type": "lifespan.startup.failed", "message": f"extender listener: {exc}"})
+                return
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             dashboard_background.stop()
+            if listener is not None:
+                await listener.close()  # no new connections; calls in flight are answered first
             engine = get_engine()
             await engine.close()
             offload.lane.stop()

@@ -189,6 +189,10 @@ EXTPROXY_MAX_REPLY_BYTES = envint("EXTPROXY_MAX_REPLY_BYTES", 64 * 1024 * 1024)
 # Combined calls with a request at least this large are decoded and combined on a worker thread,
 # so that the event loop keeps serving other calls (and their timeouts) meanwhile.
 EXTPROXY_OFFLOAD_BYTES = envint("EXTPROXY_OFFLOAD_BYTES", 1024 * 1024)
+# The extender listener (listener.py): POST /extender/... on its own port, without the ASGI
+# layers; 0 = none (the main port serves /extender/ either way).
+EXTPROXY_EXTENDER_PORT = envint("EXTPROXY_EXTENDER_PORT", 0)
+EXTPROXY_EXTENDER_HOST = os.environ.get("EXTPROXY_EXTENDER_HOST") or os.environ.get("HOST") or "127.0.0.1"
 
 LOGGING = {
     "version": 1,

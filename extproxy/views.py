@@ -16,7 +16,7 @@ import msgspec
 
 from . import metrics
 from .backends.base import StreamBroken
-from .engine import Answer, get_engine
+from .engine import Answer, Engine, get_engine
 from .protocol import Verb
 from .recorder import channel_layer_publisher
 
@@ -77,31 +77,48 @@ def refusal(status: int, reason: str, kind: str) -> Answer:
     return Answer(status, msgspec.json.encode({"error": reason}))
 
 
-async def extender_app(scope: Scope, receive: Receive, send: Send) -> None:
-    started = time.perf_counter()
-    engine = get_engine()
+Route = tuple[str, str, Callable[[bytes], Awaitable[Answer]]]
+
+
+def route(engine: Engine, path: str) -> Route | Answer:
+    """(metric name, verb, the call) for an extender path, or the refusal to answer.
+
+    Shared by this ASGI app and the separate extender listener (listener.py).
+    """
     if engine.recorder.publisher is None:  # once, from the server's own event loop
         engine.recorder.publisher = channel_layer_publisher(asyncio.get_running_loop())
-    backend_name, _, verb_string = scope["path"][len(PREFIX):].partition("/")
+    backend_name, _, verb_string = path[len(PREFIX):].partition("/")
     verb_string = verb_string.rstrip("/")
     if not verb_string:  # /extender/<verb>: the combined form
         combined_verb = Verb.of(backend_name)
         if combined_verb is None:
-            await respond(send, refusal(404, f"no such endpoint: {scope['path']}", "path"))
-            return
-        await serve(scope, receive, send, "combined", combined_verb, started,
-                    lambda body: engine.combined(combined_verb, body))
-        return
+            return refusal(404, f"no such endpoint: {path}", "path")
+        return "combined", combined_verb, lambda body: engine.combined(combined_verb, body)
     backend = engine.backends.get(backend_name)
     if backend is None:
-        await respond(send, refusal(404, f"unknown backend {backend_name!r}; configured: {sorted(engine.backends)}", "backend"))
-        return
+        return refusal(404, f"unknown backend {backend_name!r}; configured: {sorted(engine.backends)}", "backend")
     verb = backend.config.verb_name(verb_string)
     if verb is None:
-        await respond(send, refusal(404, f"backend {backend_name!r} has no verb {verb_string!r}", "verb"))
+        return refusal(404, f"backend {backend_name!r} has no verb {verb_string!r}", "verb")
+    return backend_name, verb, lambda body: engine.per_backend(backend, verb, verb_string, body)
+
+
+def too_large(limit: int) -> Answer:
+    return refusal(413, f"request body larger than {limit} bytes (EXTPROXY_MAX_BODY_BYTES)", "too-large")
+
+
+def not_post() -> Answer:
+    return refusal(405, "extender calls are POST requests", "method")
+
+
+async def extender_app(scope: Scope, receive: Receive, send: Send) -> None:
+    started = time.perf_counter()
+    routed = route(get_engine(), scope["path"])
+    if isinstance(routed, Answer):
+        await respond(send, routed)
         return
-    await serve(scope, receive, send, backend_name, verb, started,
-                lambda body: engine.per_backend(backend, verb, verb_string, body))
+    name, verb, call = routed
+    await serve(scope, receive, send, name, verb, started, call)
 
 
 async def serve(
@@ -110,7 +127,7 @@ async def serve(
 ) -> None:
     """The part both forms share: POST only, a bounded body, the answer, its duration."""
     if scope["method"] != "POST":
-        await respond(send, refusal(405, "extender calls are POST requests", "method"))
+        await respond(send, not_post())
         return
     body = await body_or_refusal(scope, receive, send)
     if body is None:
@@ -127,7 +144,7 @@ async def body_or_refusal(scope: Scope, receive: Receive, send: Send) -> bytes |
     try:
         return await read_body(scope, receive, limit)
     except BodyTooLarge:
-        await respond(send, refusal(413, f"request body larger than {limit} bytes (EXTPROXY_MAX_BODY_BYTES)", "too-large"))
+        await respond(send, too_large(limit))
     except ConnectionError:
         pass
     return None

@@ -1,6 +1,6 @@
 """HTTP extenders: the one place that owns the outbound client, its pools and its timeouts.
 
-aiohttp with one keep-alive connection pool per backend and event loop. Each call has one
+A minimal keep-alive client (wire.py) with one connection pool per backend and event loop. Each call has one
 total timeout, the backend's httpTimeout minus a margin (`proxy_timeout`), so that extproxy
 still answers inside the scheduler's own timeout for the proxy entry. TLS follows the
 scheduler's rules: TLS only for an https:// urlPrefix; with enableHTTPS and no CA the server
@@ -17,19 +17,15 @@ import os
 import ssl
 import tempfile
 import threading
-import warnings
 from typing import Any, AsyncGenerator
 
-import aiohttp
 from django.core.exceptions import ImproperlyConfigured
 
 from .. import metrics
 from ..config import BackendConfig
+from ..protocol import Verb
 from .base import Backend, Exchange, StreamBroken, now, truncated_finding
-
-# aiohttp warns for bodies over 1 MiB; a full-mode NodeList is larger, and handing the transport
-# the bytes at once is what we want (it buffers them; no read loop blocks).
-warnings.filterwarnings("ignore", "Sending a large body directly", ResourceWarning)
+from .wire import Client, WireError
 
 POOL_SIZE = 64  # connections per backend and process; more callers wait for a free one
 DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024
@@ -86,122 +82,83 @@ class HTTPBackend(Backend):
         self.timeout = proxy_timeout(config.http_timeout)
         self.max_reply_bytes = max_reply_bytes()
         self._ssl = ssl_context(config)
-        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
-        self._sessions_lock = threading.Lock()  # the serving loop and the heavy lane (offload.py)
+        self._server_hostname = config.tls_config.server_name if config.tls_config else None
+        self._clients: dict[asyncio.AbstractEventLoop, Client] = {}
+        self._clients_lock = threading.Lock()  # the serving loop and the heavy lane (offload.py)
 
-    def _session(self) -> aiohttp.ClientSession:
+    def _client(self) -> Client:
         loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None or session.closed:
-            with self._sessions_lock:
-                return self._new_session(loop)
-        return session
+        client = self._clients.get(loop)
+        if client is None:
+            with self._clients_lock:
+                for old in [lp for lp in self._clients if lp.is_closed()]:
+                    del self._clients[old]  # clients of loops that are gone (tests)
+                ctx = self._ssl if isinstance(self._ssl, ssl.SSLContext) else None
+                client = self._clients[loop] = Client(ctx, self._server_hostname or None, limit=POOL_SIZE)
+        return client
 
-    def _new_session(self, loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
-        for old in [lp for lp in self._sessions if lp.is_closed()]:
-            del self._sessions[old]  # sessions of loops that are gone (tests)
-        connector = aiohttp.TCPConnector(limit=POOL_SIZE, ssl=self._ssl, keepalive_timeout=60)
-        session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=self.timeout),
-            headers={"Content-Type": "application/json"},
-            skip_auto_headers=("User-Agent",),
-        )
-        self._sessions[loop] = session
-        return session
-
-    async def exchange(self, verb: str, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
+    async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
         started = now()
-        extra: dict[str, Any] = {}
-        if self.config.tls_config and self.config.tls_config.server_name:
-            extra["server_hostname"] = self.config.tls_config.server_name
-        resp: aiohttp.ClientResponse | None = None
+        deadline = asyncio.get_running_loop().time() + self.timeout
         try:
-            resp = await self._session().post(self.url_for(verb_string), data=body, max_redirects=10, **extra)
-            content_type = resp.headers.get("Content-Type", "")
-            length = resp.content_length if "Content-Encoding" not in resp.headers else None
-            if length is not None and length <= self.max_reply_bytes:
-                data = await resp.read()  # the common case: known to fit
-                return Exchange(started, now(), resp.status, data, content_type)
-            first, overflow = await _read_at_most(resp, self.max_reply_bytes)
-            if overflow is None:
-                return Exchange(started, now(), resp.status, first, content_type)
-            if not stream:
-                resp.close()  # the rest is not wanted: drop the connection instead of reading it
-                limit = self.max_reply_bytes
-                metrics.REPLIES_TRUNCATED.labels(self.name).inc()
-                return Exchange(
-                    started, now(), None, first, content_type,
-                    error=f"reply larger than {limit} bytes (EXTPROXY_MAX_REPLY_BYTES)",
-                    findings=[truncated_finding(limit + len(overflow), limit, "not read further: combining needs a whole reply")],
-                )
-            exchange = Exchange(started, started, resp.status, first, content_type, length=length)
-            exchange.rest = self._rest(resp, exchange, overflow)
-            resp = None  # owned by the stream now
-            return exchange
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            async with asyncio.timeout_at(deadline):
+                reply = await self._client().post(self.url_for(verb_string), body, self.max_reply_bytes, stream)
+        except TimeoutError:
             return Exchange(started, now(), None, error=f"no answer within {self.timeout:g}s", timed_out=True)
-        except aiohttp.ClientError as exc:
-            return Exchange(started, now(), None, error=_describe(exc))
+        except WireError as exc:
+            return Exchange(started, now(), None, error=str(exc))
         except (OSError, ssl.SSLError, ValueError) as exc:
             return Exchange(started, now(), None, error=f"{type(exc).__name__}: {exc}")
-        finally:
-            if resp is not None:
-                resp.release()
+        if reply.over_limit:
+            limit = self.max_reply_bytes
+            metrics.REPLIES_TRUNCATED.labels(self.name).inc()
+            return Exchange(
+                started, now(), None, reply.first, reply.content_type,
+                error=f"reply larger than {limit} bytes (EXTPROXY_MAX_REPLY_BYTES)",
+                findings=[truncated_finding(reply.over_limit, limit, "not read further: combining needs a whole reply")],
+            )
+        exchange = Exchange(started, now(), reply.status, reply.first, reply.content_type, length=reply.length)
+        if reply.rest is not None:
+            exchange.rest = self._rest(reply.rest, exchange, deadline)
+        return exchange
 
-    async def _rest(self, resp: aiohttp.ClientResponse, exchange: Exchange, overflow: bytes) -> AsyncGenerator[bytes, None]:
-        """The remainder of a reply over the bound, chunk by chunk; the exchange is completed at its end."""
-        total = len(exchange.body) + len(overflow)
+    async def _rest(self, rest: AsyncGenerator[bytes, None], exchange: Exchange, deadline: float) -> AsyncGenerator[bytes, None]:
+        """The remainder of a reply over the bound, within the call's deadline; completes the exchange."""
+        total = len(exchange.body)
         complete = False
         try:
-            yield overflow
-            async for chunk in resp.content.iter_any():
+            while True:
+                async with asyncio.timeout_at(deadline):
+                    try:
+                        chunk = await rest.__anext__()
+                    except StopAsyncIteration:
+                        break
                 total += len(chunk)
                 yield chunk
             complete = True
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+        except TimeoutError:
             exchange.error, exchange.timed_out = f"no complete answer within {self.timeout:g}s", True
             raise StreamBroken(exchange.error) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            exchange.error = f"the reply broke off: {type(exc).__name__}: {exc}"
+        except (WireError, OSError) as exc:
+            exchange.error = f"the reply broke off: {exc}"
             raise StreamBroken(exchange.error) from None
         finally:
+            await rest.aclose()
             exchange.finished_at = now()
             exchange.findings.append(
                 truncated_finding(total, len(exchange.body), "" if complete else "the reply broke off before its end")
             )
             metrics.REPLIES_TRUNCATED.labels(self.name).inc()
-            if complete:
-                resp.release()
-            else:
-                resp.close()  # a half-read reply cannot be reused
 
     async def close(self) -> None:
         current = asyncio.get_running_loop()
-        with self._sessions_lock:
-            sessions, self._sessions = self._sessions, {}
-        for loop, session in sessions.items():
-            if session.closed:
-                continue
-            if loop is current:
-                await session.close()
-            elif loop.is_running():  # the heavy lane's: closed on its own loop
-                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(session.close(), loop))
-
-
-async def _read_at_most(resp: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bytes | None]:
-    """(first part, overflow): the whole reply and None when it fits in `limit` bytes; else the
-    first `limit` bytes and the piece read beyond them (the rest stays unread)."""
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_any():
-        if size + len(chunk) > limit:
-            keep = limit - size
-            parts.append(chunk[:keep])
-            return b"".join(parts), chunk[keep:]
-        parts.append(chunk)
-        size += len(chunk)
-    return b"".join(parts), None
+        with self._clients_lock:
+            clients, self._clients = self._clients, {}
+        for loop, client in clients.items():
+            if loop is current or loop.is_closed():
+                client.close()
+            else:  # the heavy lane's: its connections are closed on its own loop
+                loop.call_soon_threadsafe(client.close)
 
 
 def max_reply_bytes() -> int:
@@ -212,13 +169,3 @@ def max_reply_bytes() -> int:
         return int(settings.EXTPROXY_MAX_REPLY_BYTES)
     except (ImportError, AttributeError, ImproperlyConfigured):
         return DEFAULT_MAX_REPLY_BYTES
-
-
-def _describe(exc: aiohttp.ClientError) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"connection failed: {exc.os_error or exc}"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "the backend closed the connection without an answer"
-    if isinstance(exc, aiohttp.TooManyRedirects):
-        return "stopped after 10 redirects"
-    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,453 @@
+"""A minimal HTTP/1.1 keep-alive client for backend calls: one POST, one reply, bytes in and out.
+
+The hot path needs exactly this: write the request head and the scheduler's bytes, parse the
+reply head once (httptools, the parser uvicorn uses), hand the body back. A general client
+(aiohttp) costs several times more CPU per call in its request/response objects, header
+multidicts and stream readers (bench/hop_costs.py measures both); this module owns only the
+connections, their pools and the parsing, nothing about extenders.
+
+- Pools: per (host, port, TLS) and event loop, LIFO idle connections, at most `limit` open;
+  idle ones older than `keepalive` seconds are closed. A request that fails on a reused
+  connection before any reply byte arrived (the server closed it while idle) is retried once on
+  a new connection, as Go's transport does for a replayable body.
+- Replies: Content-Length, chunked, or read-until-close bodies; gzip/deflate decoded (not asked
+  for, but accepted). At most `limit` bytes are buffered: beyond, the caller gets the first
+  part and a stream of the rest with flow control (reading pauses while the consumer lags).
+- Redirects: followed like Go's client (at most 10; 307/308 keep the POST, 301/302/303 turn into
+  a GET without body).
+- Timeouts are the caller's (asyncio.timeout around the whole exchange, body included).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from typing import AsyncGenerator
+from urllib.parse import urljoin, urlsplit
+
+import httptools
+
+READ_HIGH_WATER = 1 << 20  # bytes buffered for a streamed reply before reading pauses
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class WireError(ConnectionError):
+    """The exchange failed at the transport or HTTP level (not a timeout)."""
+
+
+class TooManyRedirects(WireError):
+    pass
+
+
+class ConnectFailed(WireError):
+    pass
+
+
+class Closed(WireError):
+    """The server closed the connection before a complete reply."""
+
+    def __init__(self, message: str, got_bytes: bool) -> None:
+        super().__init__(message)
+        self.got_bytes = got_bytes
+
+
+@dataclass(slots=True)
+class Target:
+    """One request line and Host: what a URL means for the wire."""
+
+    scheme: str
+    host: str
+    port: int
+    path: bytes
+    host_header: bytes
+    auth: bytes | None
+
+    @classmethod
+    def parse(cls, url: str) -> "Target":
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        default = 443 if parts.scheme == "https" else 80
+        port = parts.port or default
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        host = parts.hostname
+        shown = f"[{host}]" if ":" in host else host
+        host_header = shown if port == default else f"{shown}:{port}"
+        auth = None
+        if parts.username is not None:
+            pair = f"{parts.username}:{parts.password or ''}".encode()
+            auth = b"Basic " + base64.b64encode(pair)
+        return cls(parts.scheme, host, port, path.encode("latin-1"), host_header.encode("latin-1"), auth)
+
+    def head(self, method: bytes, length: int | None) -> bytes:
+        lines = [method + b" " + self.path + b" HTTP/1.1", b"Host: " + self.host_header]
+        if self.auth is not None:
+            lines.append(b"Authorization: " + self.auth)
+        if length is not None:
+            lines += [b"Content-Type: application/json", b"Content-Length: " + str(length).encode()]
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection; one exchange at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.idle_since = time.monotonic()
+        self.used = 0
+        self.holds_slot = False  # counted in its pool's limit until released
+        self._lost = False
+        self._wake: asyncio.Future[None] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self._parts: deque[bytes] = deque()
+        self._buffered = 0
+        self.received = 0  # reply bytes seen (head included) for this exchange
+        self.complete = False
+        self._keep_alive = False
+        self._error: BaseException | None = None
+        self._paused = False
+        self._streaming = False
+
+    # asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._error = WireError(f"bad HTTP reply: {exc}")
+            self._close()
+        self._notify()
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        if not self.complete and self._error is None:
+            if self.status and not self._has_length():
+                self.complete = True  # a reply delimited by the end of the connection
+            else:
+                self._error = Closed(
+                    "the backend closed the connection without an answer" if not self.status
+                    else "the backend closed the connection before the end of its reply",
+                    self.received > 0,
+                )
+        self._notify()
+
+    # httptools callbacks ---------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        self._parts.append(body)
+        self._buffered += len(body)
+        if self._streaming and not self._paused and self._buffered >= READ_HIGH_WATER and self.transport is not None:
+            self._paused = True  # the consumer (the scheduler's connection) lags: stop reading
+            self.transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._keep_alive = self._parser.should_keep_alive()  # only valid inside this callback
+
+    # the exchange ----------------------------------------------------------------------
+    def _notify(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def _wait(self) -> None:
+        if self._error is not None:
+            raise self._error
+        self._wake = self._loop.create_future()
+        try:
+            await self._wake
+        finally:
+            self._wake = None
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def usable(self) -> bool:
+        return not self._lost and self.transport is not None and not self.transport.is_closing()
+
+    def _has_length(self) -> bool:
+        return any(n in (b"content-length", b"transfer-encoding") for n, _ in self.headers)
+
+    def header(self, name: bytes) -> bytes | None:
+        for n, v in self.headers:
+            if n == name:
+                return v
+        return None
+
+    def send(self, head: bytes, body: bytes | None) -> None:
+        self._reset()
+        self.used += 1
+        assert self.transport is not None
+        if body and len(body) > 65536:
+            self.transport.write(head)
+            self.transport.write(body)  # no copy of a large body into one buffer with the head
+        else:
+            self.transport.write(head + body if body else head)
+
+    async def read_head(self) -> None:
+        while not self.status:
+            await self._wait()
+
+    def content_length(self) -> int | None:
+        value = self.header(b"content-length")
+        return int(value) if value is not None and value.isdigit() else None
+
+    async def read_at_most(self, limit: int) -> tuple[bytes, bytes | None]:
+        """(body, None) when the whole body fits in `limit`; else (first `limit` bytes, overflow)."""
+        while not self.complete and self._buffered <= limit:
+            await self._wait()
+        data = b"".join(self._parts) if len(self._parts) != 1 else self._parts[0]
+        self._parts.clear()
+        self._buffered = 0
+        if len(data) <= limit:
+            return data, None
+        return data[:limit], data[limit:]
+
+    async def rest(self) -> AsyncGenerator[bytes, None]:
+        """The remaining body chunks; reading pauses while more than READ_HIGH_WATER is buffered."""
+        self._streaming = True
+        while True:
+            while self._parts:
+                chunk = self._parts.popleft()
+                self._buffered -= len(chunk)
+                if self._paused and self._buffered < READ_HIGH_WATER // 2 and self.transport is not None:
+                    self._paused = False
+                    self.transport.resume_reading()
+                yield chunk
+            if self.complete:
+                return
+            await self._wait()
+
+    @property
+    def reusable(self) -> bool:
+        return self.complete and self._keep_alive and self.usable and not self._parts
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def close(self) -> None:
+        self._lost = True
+        self._close()
+
+
+class Pool:
+    """Idle keep-alive connections to one (host, port, TLS) on one event loop."""
+
+    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, server_hostname: str | None,
+                 limit: int, keepalive: float) -> None:
+        self.host, self.port = host, port
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname
+        self._idle: list[Connection] = []
+        self._slots = asyncio.Semaphore(limit)
+        self._keepalive = keepalive
+
+    async def acquire(self, fresh: bool = False) -> Connection:
+        await self._slots.acquire()
+        try:
+            conn = self._idle_connection() if not fresh else None
+            if conn is None:
+                conn = await self._connect()
+        except BaseException:
+            self._slots.release()
+            raise
+        conn.holds_slot = True
+        return conn
+
+    def _idle_connection(self) -> Connection | None:
+        now = time.monotonic()
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.usable and now - conn.idle_since < self._keepalive:
+                return conn
+            conn.close()
+        return None
+
+    async def _connect(self) -> Connection:
+        loop = asyncio.get_running_loop()
+        server_hostname = (self._server_hostname or self.host) if self._ssl is not None else None
+        try:
+            _, conn = await loop.create_connection(
+                lambda: Connection(loop), self.host, self.port, ssl=self._ssl, server_hostname=server_hostname
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectFailed(f"connection failed: {exc}") from None
+        return conn
+
+    def release(self, conn: Connection) -> None:
+        """Back to the pool when the reply was read to its end; otherwise closed. Idempotent."""
+        if not conn.holds_slot:
+            return
+        conn.holds_slot = False
+        if conn.reusable:
+            conn.idle_since = time.monotonic()
+            self._idle.append(conn)
+        else:
+            conn.close()
+        self._slots.release()
+
+    def close(self) -> None:
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
+
+
+@dataclass(slots=True)
+class Reply:
+    """A reply whose head is read; `first` holds the body or its first `limit` bytes."""
+
+    status: int
+    content_type: str
+    first: bytes
+    length: int | None  # the Content-Length (None: chunked or until close)
+    rest: AsyncGenerator[bytes, None] | None = None  # the body after `first`, when streamed
+    over_limit: int = 0  # body bytes seen when the body was over the limit (and not streamed)
+
+
+class Client:
+    """POSTs to URLs over pooled connections, per event loop; see the module docstring."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None, server_hostname: str | None = None,
+                 limit: int = 64, keepalive: float = 60.0) -> None:
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname
+        self._limit = limit
+        self._keepalive = keepalive
+        self._pools: dict[tuple[str, str, int], Pool] = {}
+        self._targets: dict[str, Target] = {}
+
+    def target(self, url: str) -> Target:
+        target = self._targets.get(url)
+        if target is None:
+            target = self._targets[url] = Target.parse(url)
+        return target
+
+    def _pool(self, target: Target) -> Pool:
+        key = (target.scheme, target.host, target.port)
+        pool = self._pools.get(key)
+        if pool is None:
+            ctx = self._ssl if target.scheme == "https" else None
+            if target.scheme == "https" and ctx is None:
+                ctx = ssl.create_default_context()
+            pool = self._pools[key] = Pool(target.host, target.port, ctx, self._server_hostname, self._limit, self._keepalive)
+        return pool
+
+    async def post(self, url: str, body: bytes, limit: int, stream: bool) -> Reply:
+        """One POST (redirects followed). Over `limit` bytes: `rest` when `stream`, else the
+        first part and overflow are returned with `rest` None and the connection dropped."""
+        method = b"POST"
+        payload_or_none: bytes | None = body
+        for _ in range(11):
+            target = self.target(url)
+            pool = self._pool(target)
+            conn = await self._send(
+                pool, target.head(method, len(payload_or_none) if payload_or_none is not None else None), payload_or_none
+            )
+            try:
+                location = conn.header(b"location")
+                if conn.status in REDIRECTS and location is not None:
+                    await conn.read_at_most(1 << 20)  # the redirect's own body is dropped
+                    pool.release(conn)
+                    url = urljoin(url, location.decode("latin-1"))
+                    if conn.status in (301, 302, 303):
+                        method, payload_or_none = b"GET", None
+                    continue
+                return await self._reply(pool, conn, limit, stream)
+            except BaseException:
+                _drop(pool, conn)
+                raise
+        raise TooManyRedirects("stopped after 10 redirects")
+
+    async def _send(self, pool: Pool, head: bytes, body: bytes | None) -> Connection:
+        conn = await pool.acquire()
+        reused = conn.used > 0
+        try:
+            conn.send(head, body)
+            await conn.read_head()
+            return conn
+        except Closed as exc:
+            _drop(pool, conn)
+            if not (reused and not exc.got_bytes):
+                raise
+        except BaseException:
+            _drop(pool, conn)
+            raise
+        # The server closed an idle connection as we reused it: once more on a new one.
+        conn = await pool.acquire(fresh=True)
+        try:
+            conn.send(head, body)
+            await conn.read_head()
+            return conn
+        except BaseException:
+            _drop(pool, conn)
+            raise
+
+    async def _reply(self, pool: Pool, conn: Connection, limit: int, stream: bool) -> Reply:
+        content_type = (conn.header(b"content-type") or b"").decode("latin-1")
+        encoding = (conn.header(b"content-encoding") or b"identity").lower()
+        length = conn.content_length() if encoding == b"identity" else None
+        first, overflow = await conn.read_at_most(limit)
+        if overflow is None:
+            pool.release(conn)
+            return Reply(conn.status, content_type, _decoded(first, encoding), length, None)
+        if not stream or encoding != b"identity":
+            _drop(pool, conn)
+            return Reply(conn.status, content_type, first, length, over_limit=len(first) + len(overflow))
+        return Reply(conn.status, content_type, first, length, rest=_streamed(pool, conn, overflow))
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+
+def _drop(pool: Pool, conn: Connection) -> None:
+    conn.close()
+    pool.release(conn)
+
+
+async def _streamed(pool: Pool, conn: Connection, overflow: bytes) -> AsyncGenerator[bytes, None]:
+    try:
+        yield overflow
+        async for chunk in conn.rest():
+            yield chunk
+    finally:
+        pool.release(conn)  # closed instead when the reply was not read to its end
+
+
+def _decoded(data: bytes, encoding: bytes) -> bytes:
+    if encoding == b"identity" or not data:
+        return data
+    try:
+        if encoding in (b"gzip", b"x-gzip"):
+            return zlib.decompress(data, 16 + zlib.MAX_WBITS)
+        if encoding == b"deflate":
+            try:
+                return zlib.decompress(data)
+            except zlib.error:
+                return zlib.decompress(data, -zlib.MAX_WBITS)
+    except zlib.error as exc:
+        raise WireError(f"bad {encoding.decode()} body: {exc}") from None
+    raise WireError(f"unsupported Content-Encoding {encoding.decode()!r}")

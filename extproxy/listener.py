@@ -1,0 +1,305 @@
+"""The extender listener: a bare HTTP/1.1 server for `POST /extender/...` on its own port.
+
+The scheduler's calls are the hot path; on the main port they pass through uvicorn's ASGI
+cycle (scope and message dicts, a task and queues per request). Here the request head is
+parsed once by httptools and the body handed to the same routing and engine as the ASGI app
+(views.route), so both ports give the same answers, refusals, recording and metrics. The
+answer goes out as one write. It serves only /extender/; everything else is a 404 with the
+reason, so that this port can be exposed to the scheduler alone (issue 9: TLS with client
+certificates via `ssl`, a source allowlist via `allow`; see /work/notes/hotpath-interface.md).
+
+Bounds: a request body over EXTPROXY_MAX_BODY_BYTES is refused with 413 as soon as that is
+known (Content-Length, or while reading a chunked body) and the connection is closed; one
+request at a time per connection (reading pauses while a request is served, so pipelined
+requests wait in the socket); an idle keep-alive connection is closed after IDLE_SECONDS;
+streamed answers (a reply over EXTPROXY_MAX_REPLY_BYTES) respect the transport's flow control.
+This module owns the socket side only; what a call does is the engine's.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl as ssl_module
+import time
+from collections import deque
+from http import HTTPStatus
+from typing import Callable
+
+import httptools
+
+from . import metrics
+from .backends.base import StreamBroken
+from .engine import Answer, get_engine
+from .views import PREFIX, not_post, refusal, route, too_large
+
+log = logging.getLogger(__name__)
+
+IDLE_SECONDS = 120.0  # an idle keep-alive connection is closed after this (Go keeps them 90 s)
+Allow = Callable[[object], bool]
+
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+def head_bytes(status: int, content_type: str, length: int | None, close: bool) -> bytes:
+    reason = _REASONS.get(status, b"Unknown")
+    head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\n" % (status, reason, content_type.encode("latin-1"))
+    head += b"Content-Length: %d\r\n" % length if length is not None else b"Transfer-Encoding: chunked\r\n"
+    if close:
+        head += b"Connection: close\r\n"
+    return head + b"\r\n"
+
+
+class ExtenderProtocol(asyncio.Protocol):
+    """One client connection: parse, serve one request at a time, answer."""
+
+    def __init__(self, limit: int, allow: Allow | None, live: set["ExtenderProtocol"]) -> None:
+        self._limit = limit
+        self._allow = allow
+        self._live = live
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._queue: deque[tuple[bytes, bytes, bytes | None, bool]] = deque()
+        self._busy = False
+        self._closing = False
+        self._can_write: asyncio.Future[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.draining = False  # the listener stops: close after the answer in progress
+        self._begin()
+
+    def _begin(self) -> None:
+        self._url = b""
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._over = False
+        self._expect_continue = False
+
+    # asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._live.add(self)
+        if self._allow is not None and not self._allow(transport.get_extra_info("peername")):
+            metrics.REJECTED.labels("not-allowed").inc()
+            transport.close()
+            self._closing = True
+            return
+        self._arm_idle()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse(refusal(400, "protocol upgrades are not served on the extender port", "bad-http"))
+        except httptools.HttpParserError as exc:
+            self._refuse(refusal(400, f"bad HTTP request: {exc}", "bad-http"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._live.discard(self)
+        self._closing = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._wake_writer()
+
+    def pause_writing(self) -> None:
+        self._can_write = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        waiter, self._can_write = self._can_write, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # httptools callbacks ---------------------------------------------------------------
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lower = name.lower()
+        if lower == b"content-length" and value.strip().isdigit() and int(value) > self._limit:
+            self._over = True
+        elif lower == b"expect" and value.strip().lower() == b"100-continue":
+            self._expect_continue = True
+
+    def on_headers_complete(self) -> None:
+        if self._over:  # refused before reading the body
+            self._refuse(too_large(self._limit))
+        elif self._expect_continue and self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        if self._over:
+            return
+        self._size += len(body)
+        if self._size > self._limit:
+            self._over = True
+            self._parts.clear()
+            self._refuse(too_large(self._limit))
+            return
+        self._parts.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._closing:
+            return
+        parts = self._parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._queue.append((self._parser.get_method(), self._url, body, self._parser.should_keep_alive()))
+        self._begin()
+        if not self._busy:
+            self._busy = True
+            if self.transport is not None:
+                self.transport.pause_reading()  # one request at a time; the next waits in the socket
+            self._loop.create_task(self._serve())
+
+    # serving ---------------------------------------------------------------------------
+    async def _serve(self) -> None:
+        try:
+            while self._queue and not self._closing:
+                method, url, body, keep_alive = self._queue.popleft()
+                await self._one(method, url, body or b"", keep_alive and not self.draining)
+                if not keep_alive or self.draining:
+                    self._close()
+        except Exception:  # a bug costs this connection, never the listener
+            log.exception("extender listener: serving a request failed")
+            self._close()
+        finally:
+            self._busy = False
+        if not self._closing and self.transport is not None:
+            self.transport.resume_reading()
+            self._arm_idle()
+
+    async def _one(self, method: bytes, url: bytes, body: bytes, keep_alive: bool) -> None:
+        started = time.perf_counter()
+        path = url.partition(b"?")[0].decode("latin-1")
+        if not path.startswith(PREFIX):
+            await self._answer(refusal(404, f"this port serves only {PREFIX}...: {path}", "path"), keep_alive)
+            return
+        routed = route(get_engine(), path)
+        if isinstance(routed, Answer):
+            await self._answer(routed, keep_alive)
+            return
+        if method != b"POST":
+            await self._answer(not_post(), keep_alive)
+            return
+        name, verb, call = routed
+        await self._answer(await call(body), keep_alive)
+        metrics.REQUEST_DURATION.labels(name, verb).observe(time.perf_counter() - started)
+
+    async def _answer(self, answer: Answer, keep_alive: bool) -> None:
+        transport = self.transport
+        if transport is None or self._closing:
+            if answer.stream is not None:
+                await answer.stream.aclose()
+            return
+        if answer.stream is None:
+            head = head_bytes(answer.status, answer.content_type, len(answer.body), not keep_alive)
+            if len(answer.body) > 65536:
+                transport.write(head)
+                transport.write(answer.body)
+            else:
+                transport.write(head + answer.body)
+            return
+        await self._stream(transport, answer, keep_alive)
+
+    async def _stream(self, transport: asyncio.Transport, answer: Answer, keep_alive: bool) -> None:
+        """A reply over the reply bound: its first part, then the rest as it arrives."""
+        assert answer.stream is not None
+        chunked = answer.length is None
+        transport.write(head_bytes(answer.status, answer.content_type, answer.length, not keep_alive))
+        try:
+            self._write_chunk(transport, answer.body, chunked)
+            async for chunk in answer.stream:
+                if self._closing:
+                    break
+                self._write_chunk(transport, chunk, chunked)
+                if self._can_write is not None:
+                    await self._can_write  # the scheduler reads slower than the backend writes
+            else:
+                if chunked:
+                    transport.write(b"0\r\n\r\n")
+                return
+        except StreamBroken:
+            pass
+        finally:
+            await answer.stream.aclose()
+        self._close()  # the head is out and the body is not complete: only closing says so
+
+    @staticmethod
+    def _write_chunk(transport: asyncio.Transport, data: bytes, chunked: bool) -> None:
+        if not data:
+            return
+        if chunked:
+            transport.write(b"%x\r\n" % len(data))
+            transport.write(data)
+            transport.write(b"\r\n")
+        else:
+            transport.write(data)
+
+    def _refuse(self, answer: Answer) -> None:
+        """Answer at once and close: the rest of this request is not read."""
+        if self.transport is not None and not self._closing:
+            self.transport.write(head_bytes(answer.status, answer.content_type, len(answer.body), True) + answer.body)
+        self._close()
+
+    def _close(self) -> None:
+        self._closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def drain(self) -> None:
+        """Stop: close now when idle, else right after the answer in progress."""
+        self.draining = True
+        if not self._busy:
+            self._close()
+
+    def _arm_idle(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = self._loop.call_later(IDLE_SECONDS, self._close)
+
+
+class Listener:
+    """The listening socket and its connections (asyncio.Server alone would leave those open)."""
+
+    def __init__(self, server: asyncio.Server, live: set[ExtenderProtocol]) -> None:
+        self.server = server
+        self._live = live
+
+    @property
+    def port(self) -> int:
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self, grace: float = 10.0) -> None:
+        """No new connections; calls in flight are answered (up to `grace` seconds), then all close."""
+        self.server.close()
+        for conn in list(self._live):
+            conn.drain()
+        deadline = time.monotonic() + grace
+        while self._live and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for conn in list(self._live):
+            conn._close()
+        await self.server.wait_closed()
+
+
+async def start_listener(
+    host: str, port: int, *, ssl: ssl_module.SSLContext | None = None, allow: Allow | None = None,
+) -> Listener:
+    """Listen for extender calls on host:port (see the module docstring for ssl and allow)."""
+    from django.conf import settings
+
+    live: set[ExtenderProtocol] = set()
+
+    def connection() -> ExtenderProtocol:
+        # The body bound is read per connection, as the ASGI path reads it per request.
+        return ExtenderProtocol(int(settings.EXTPROXY_MAX_BODY_BYTES), allow, live)
+
+    server = await asyncio.get_running_loop().create_server(connection, host, port, ssl=ssl, backlog=1024)
+    log.info("extender listener on %s:%d%s", host, port, " (TLS)" if ssl is not None else "")
+    return Listener(server, live)
