@@ -109,7 +109,7 @@ def report_combined(cells: list[CombinedCell], pct, ms) -> None:
 
 
 def start_proxy_factory(tmp: Path, python: str, uvicorn: str, root: Path, host: str, free_port, proxy_env,
-                        wait_http, stop_process):
+                        wait_http, stop_process, wrap=lambda cmd: cmd, extender: bool = False):
     """A start_proxy for measure_combined: a fresh data dir and database per process."""
     counter = {"n": 0}
 
@@ -122,12 +122,16 @@ def start_proxy_factory(tmp: Path, python: str, uvicorn: str, root: Path, host: 
         env = proxy_env(config, data)
         subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=root, env=env, check=True)
         port = free_port()
+        calls_port = port
+        if extender:  # the extender listener (listener.py)
+            calls_port = free_port()
+            env["EXTPROXY_EXTENDER_PORT"] = str(calls_port)
         process = subprocess.Popen(
-            [uvicorn, "extproxy.asgi:application", "--host", host, "--port", str(port), "--loop", "uvloop",
-             "--http", "httptools", "--no-access-log", "--lifespan", "on"],
+            wrap([uvicorn, "extproxy.asgi:application", "--host", host, "--port", str(port), "--loop", "uvloop",
+                  "--http", "httptools", "--no-access-log", "--lifespan", "on"]),
             cwd=root, env=env,
         )
         wait_http(f"http://{host}:{port}/healthz", process, "extproxy (combined)")
-        return process, f"http://{host}:{port}", lambda p: stop_process(p, "extproxy (combined)")
+        return process, f"http://{host}:{calls_port}", lambda p: stop_process(p, "extproxy (combined)")
 
     return start

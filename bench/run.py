@@ -33,9 +33,17 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
 PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").exists() else sys.executable
 UVICORN = str(VENV_BIN / "uvicorn")
-FIXTURES = Path(os.environ.get("BENCH_FIXTURES", Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"))
+FIXTURES = Path(os.environ.get("BENCH_FIXTURES", Path(__file__).resolve().parent.parent / "tests" / "fixtures"))
 HOST = "127.0.0.1"
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+# As it is judged: extproxy's whole process tree on ONE core, shared with this load client;
+# the reference backend on the other core. BENCH_PIN=0 lets the OS place everything.
+PIN = os.environ.get("BENCH_PIN", "1") != "0" and len(os.sched_getaffinity(0)) >= 2
+CORES = sorted(os.sched_getaffinity(0))
+PROXY_CORE, BACKEND_CORE = (CORES[0], CORES[1]) if len(CORES) >= 2 else (CORES[0], CORES[0])
+# Which port the proxied calls go to: the extender listener (listener.py, the hot path) or the
+# main port (uvicorn's ASGI stack, which also serves /extender/).
+PROXY_PORT_KIND = os.environ.get("BENCH_PORT", "extender")
 
 from combined_bench import measure_combined, report_combined, start_proxy_factory
 
@@ -56,6 +64,9 @@ CELLS = [
     ("full", 5000, 1, 16, 4),
     ("full", 5000, 8, 24, 3),
 ]
+if os.environ.get("BENCH_CELLS"):  # e.g. "names:1000:1,full:1000:1" for a quick look at some cells
+    _wanted = {tuple(c.split(":")) for c in os.environ["BENCH_CELLS"].split(",")}
+    CELLS = [c for c in CELLS if (c[0], str(c[1]), str(c[2])) in _wanted]
 SUSTAINED_CALLS = 6000  # the throughput target's own long run (names N=100 c=8)
 BACKENDS = {"names": "ref-names", "full": "ref-full"}
 
@@ -121,6 +132,10 @@ def build_bodies(sizes: list[int]) -> dict[tuple[str, int], bytes]:
 
 
 # --- processes --------------------------------------------------------------------------------
+
+
+def pinned(cmd: list[str], core: int) -> list[str]:
+    return ["taskset", "-c", str(core), *cmd] if PIN else cmd
 
 
 def free_port() -> int:
@@ -231,16 +246,17 @@ def pct(values: list[float], q: float) -> float:
 
 
 class Bench:
-    def __init__(self, ref_port: int, proxy_port: int, db_path: Path) -> None:
+    def __init__(self, ref_port: int, proxy_port: int, db_path: Path, calls_port: int) -> None:
         self.ref_url = f"http://{HOST}:{ref_port}/ext/filter"
-        self.proxy_base = f"http://{HOST}:{proxy_port}"
+        self.proxy_base = f"http://{HOST}:{proxy_port}"  # /metrics
+        self.calls_base = f"http://{HOST}:{calls_port}"  # the extender calls
         self.db_path = db_path
         self.proxied = 0  # every call sent through the proxy, warm-ups included
         self.failures: list[str] = []
         self.sessions: dict[str, aiohttp.ClientSession] = {}
 
     def proxy_url(self, mode: str) -> str:
-        return f"{self.proxy_base}/extender/{BACKENDS[mode]}/filter"
+        return f"{self.calls_base}/extender/{BACKENDS[mode]}/filter"
 
     async def open(self) -> None:
         for side in ("direct", "proxy", "meta"):
@@ -372,6 +388,10 @@ def report(cells: list[Cell], recorded: int, proxied: int, dropped: float, rss: 
     print()
     print("extproxy benchmark: filter, direct (client -> reference extender) vs through extproxy (recording on)")
     print(f"latency in ms; throughput in calls/s; ratio = proxy / direct; {os.cpu_count()} CPUs; total run {elapsed:.0f}s")
+    print(f"proxied calls to the {PROXY_PORT_KIND} port; "
+          + (f"extproxy (whole process tree) and the load client pinned to core {PROXY_CORE}, the backend to core {BACKEND_CORE}"
+             if PIN else "nothing pinned")
+          + f"; load average at start {LOAD_AT_START[0]:.2f}, at the end {os.getloadavg()[0]:.2f} (other work on the machine)")
     print()
     head = (
         f"{'cell':18s} {'body':>8s} {'calls':>5s} | {'direct p50':>10s} {'p99':>8s} | {'proxy p50':>9s} {'p99':>8s} | "
@@ -394,19 +414,25 @@ def report(cells: list[Cell], recorded: int, proxied: int, dropped: float, rss: 
     print("rec lag = seconds from the end of a proxied batch until its last call was in the database (mean per batch)")
     print()
 
-    def get(mode: str, n: int, conc: int) -> Cell:
-        return next(c for c in cells if (c.mode, c.n, c.conc) == (mode, n, conc))
+    def get(mode: str, n: int, conc: int) -> Cell | None:
+        return next((c for c in cells if (c.mode, c.n, c.conc) == (mode, n, conc)), None)
 
     print("targets:")
     c = get("names", 1000, 1)
-    r50 = pct(c.proxy.latencies, 0.5) / pct(c.direct.latencies, 0.5)
-    r99 = pct(c.proxy.latencies, 0.99) / pct(c.direct.latencies, 0.99)
-    print(f"  names N=1000 c=1: p50 <= 1.5x direct: {r50:.2f}x  {'MET' if r50 <= 1.5 else 'MISSED'}")
-    print(f"  names N=1000 c=1: p99 <= 2x direct:   {r99:.2f}x  {'MET' if r99 <= 2 else 'MISSED'}")
+    if c is not None:
+        r50 = pct(c.proxy.latencies, 0.5) / pct(c.direct.latencies, 0.5)
+        r99 = pct(c.proxy.latencies, 0.99) / pct(c.direct.latencies, 0.99)
+        print(f"  names N=1000 c=1: p50 <= 1.5x direct: {r50:.2f}x  {'MET' if r50 <= 1.5 else 'MISSED'}")
+        print(f"  names N=1000 c=1: p99 <= 2x direct:   {r99:.2f}x  {'MET' if r99 <= 2 else 'MISSED'}")
     c = get("full", 1000, 1)
-    r50 = pct(c.proxy.latencies, 0.5) / pct(c.direct.latencies, 0.5)
-    print(f"  full  N=1000 c=1: p50 <= 1.15x direct: {r50:.2f}x  {'MET' if r50 <= 1.15 else 'MISSED'}")
+    if c is not None:
+        r50 = pct(c.proxy.latencies, 0.5) / pct(c.direct.latencies, 0.5)
+        print(f"  full  N=1000 c=1: p50 <= 1.15x direct: {r50:.2f}x  {'MET' if r50 <= 1.15 else 'MISSED'}")
     c = get("names", 100, 8)
+    if c is None or c.sustained is None:
+        print(f"\nrecords vs calls: {proxied} calls through the proxy, {recorded} recorded, "
+              f"extproxy_recorder_dropped_total {dropped:.0f}")
+        return
     tp = c.proxy.calls / c.proxy.busy
     every = recorded == proxied and dropped == 0
     s_calls, s_answered, s_recorded = c.sustained
@@ -447,12 +473,15 @@ async def measure(bench: Bench, bodies: dict, started: float, combined_start=Non
         dropped = m.get("extproxy_recorder_dropped_total", dropped)
         bench.final = (recorded, dropped)
         bench.combined = []
-        if combined_start is not None:
+        if combined_start is not None and os.environ.get("BENCH_COMBINED", "1") != "0":
             log("combined form: one extproxy process per (mode, K)")
             bench.combined = await measure_combined(bench, bodies, ref_port, combined_start, HOST, SCALE)
     finally:
         await bench.close()
     return cells
+
+
+LOAD_AT_START = os.getloadavg()
 
 
 def main() -> int:
@@ -464,7 +493,9 @@ def main() -> int:
         log("building request bodies")
         bodies = build_bodies(sorted({n for _, n, *_ in CELLS}))
         ref_port, proxy_port = free_port(), free_port()
-        ref = subprocess.Popen([PYTHON, str(ROOT / "bench" / "refbackend.py"), "--port", str(ref_port)], cwd=ROOT)
+        if PIN:
+            os.sched_setaffinity(0, {PROXY_CORE})  # the load client shares extproxy's core
+        ref = subprocess.Popen(pinned([PYTHON, str(ROOT / "bench" / "refbackend.py"), "--port", str(ref_port)], BACKEND_CORE), cwd=ROOT)
         wait_http(f"http://{HOST}:{ref_port}/", ref, "reference backend")
 
         config = tmp / "extproxy.json"
@@ -474,18 +505,24 @@ def main() -> int:
         mig = subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env)
         if mig.returncode != 0:
             raise Broken(f"manage.py migrate failed with code {mig.returncode}")
+        extender_port = free_port()
+        env["EXTPROXY_EXTENDER_PORT"] = str(extender_port)
         proxy = subprocess.Popen(
-            [UVICORN, "extproxy.asgi:application", "--host", HOST, "--port", str(proxy_port), "--loop", "uvloop",
-             "--http", "httptools", "--no-access-log", "--lifespan", "on"],
+            pinned([UVICORN, "extproxy.asgi:application", "--host", HOST, "--port", str(proxy_port), "--loop", "uvloop",
+                    "--http", "httptools", "--no-access-log", "--lifespan", "on"], PROXY_CORE),
             cwd=ROOT, env=env,
         )
         wait_http(f"http://{HOST}:{proxy_port}/healthz", proxy, "extproxy")
-        log(f"reference backend pid {ref.pid} on :{ref_port}, extproxy pid {proxy.pid} on :{proxy_port}")
+        log(f"reference backend pid {ref.pid} on :{ref_port}, extproxy pid {proxy.pid} on :{proxy_port} "
+            f"(extender listener :{extender_port}); proxied calls go to the {PROXY_PORT_KIND} port; "
+            + (f"extproxy and this client pinned to core {PROXY_CORE}, the backend to core {BACKEND_CORE}" if PIN else "not pinned"))
 
         import uvloop
 
-        bench = Bench(ref_port, proxy_port, tmp / "extproxy.sqlite3")
-        combined_start = start_proxy_factory(tmp, PYTHON, UVICORN, ROOT, HOST, free_port, proxy_env, wait_http, stop)
+        bench = Bench(ref_port, proxy_port, tmp / "extproxy.sqlite3",
+                      extender_port if PROXY_PORT_KIND == "extender" else proxy_port)
+        combined_start = start_proxy_factory(tmp, PYTHON, UVICORN, ROOT, HOST, free_port, proxy_env, wait_http, stop,
+                                             wrap=lambda cmd: pinned(cmd, PROXY_CORE), extender=PROXY_PORT_KIND == "extender")
         cells = uvloop.run(measure(bench, bodies, started, combined_start, ref_port))
         recorded, dropped = bench.final
         rss, ref_rss = peak_rss_kib(proxy.pid), peak_rss_kib(ref.pid)

@@ -1,0 +1,158 @@
+"""What each layer of the hot path costs: the measurements behind the choices in listener.py and wire.py.
+
+Two comparisons, each measured in alternating batches in one run (names mode, N=1000 nodes,
+one caller), with the same pinning as `make bench` (this client and extproxy on one core, the
+reference backend on the other):
+
+1. client side, in this process against the reference backend: aiohttp's ClientSession (the
+   client extproxy used before) against extproxy's own wire.Client;
+2. server side, through a running extproxy (recording off, so that only serving is measured):
+   the main port (uvicorn + httptools + the ASGI app) against the extender listener
+   (listener.py: httptools + asyncio.Protocol), both with the same engine and client.
+
+For each: client-seen latency p50/p99 and the CPU time per call (of this process for 1, of the
+extproxy process from /proc/<pid>/stat for 2).
+
+    .venv/bin/python bench/hop_costs.py          # BENCH_SCALE=0.3 for a quicker look
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from run import (BACKEND_CORE, HOST, PIN, PROXY_CORE, PYTHON, ROOT, UVICORN, build_bodies, free_port, pct,  # noqa: E402
+                 pinned, proxy_env, stop, wait_http)
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+ROUNDS = 6
+PER_ROUND = max(50, int(500 * SCALE))
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+async def batch(call, count: int) -> list[float]:
+    out = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        await call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def line(name: str, lat: list[float], cpu_per_call: float) -> str:
+    return (f"  {name:34s} p50 {pct(lat, 0.5) * 1e3:7.3f} ms  p99 {pct(lat, 0.99) * 1e3:7.3f} ms  "
+            f"CPU {cpu_per_call * 1e6:7.1f} us/call  ({len(lat)} calls)")
+
+
+async def clients(ref_url: str, body: bytes) -> None:
+    from extproxy.backends.wire import Client
+
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
+                                    headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
+    wire = Client(None)
+
+    async def via_aiohttp() -> None:
+        async with session.post(ref_url, data=body) as resp:
+            await resp.read()
+
+    async def via_wire() -> None:
+        await wire.post(ref_url, body, 64 << 20, False)
+
+    results: dict[str, tuple[list[float], float]] = {"aiohttp": ([], 0.0), "wire": ([], 0.0)}
+    for call in (via_aiohttp, via_wire):
+        await batch(call, 50)  # warm-up
+    for _ in range(ROUNDS):
+        for name, call in (("aiohttp", via_aiohttp), ("wire", via_wire)):
+            c0 = time.process_time()
+            lat = await batch(call, PER_ROUND)
+            lats, cpu = results[name]
+            results[name] = (lats + lat, cpu + time.process_time() - c0)
+    await session.close()
+    wire.close()
+    print("1. client side (this process -> reference backend), names N=1000, c=1")
+    for name, (lat, cpu) in results.items():
+        print(line(f"aiohttp.ClientSession" if name == "aiohttp" else "extproxy wire.Client", lat, cpu / len(lat)))
+
+
+async def servers(main_url: str, listener_url: str, body: bytes, pid: int) -> None:
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
+                                    headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
+
+    def poster(url: str):
+        async def call() -> None:
+            async with session.post(url, data=body) as resp:
+                await resp.read()
+                assert resp.status == 200
+        return call
+
+    sides = {"main port (uvicorn ASGI)": poster(main_url), "extender listener": poster(listener_url)}
+    results = {name: ([], 0.0) for name in sides}
+    for call in sides.values():
+        await batch(call, 50)
+    for _ in range(ROUNDS):
+        for name, call in sides.items():
+            c0 = cpu_seconds(pid)
+            lat = await batch(call, PER_ROUND)
+            lats, cpu = results[name]
+            results[name] = (lats + lat, cpu + cpu_seconds(pid) - c0)
+    await session.close()
+    print("2. server side (client -> extproxy -> reference backend; recording off), names N=1000, c=1; CPU of extproxy")
+    for name, (lat, cpu) in results.items():
+        print(line(name, lat, cpu / len(lat)))
+
+
+def main() -> int:
+    import uvloop
+
+    tmp = Path(tempfile.mkdtemp(prefix="extproxy-hop-"))
+    ref = proxy = None
+    try:
+        body = build_bodies([1000])[("names", 1000)]
+        if PIN:
+            os.sched_setaffinity(0, {PROXY_CORE})
+        ref_port, main_port, ext_port = free_port(), free_port(), free_port()
+        ref = subprocess.Popen(pinned([PYTHON, str(ROOT / "bench" / "refbackend.py"), "--port", str(ref_port)], BACKEND_CORE), cwd=ROOT)
+        wait_http(f"http://{HOST}:{ref_port}/", ref, "reference backend")
+        config = tmp / "extproxy.json"
+        config.write_text(json.dumps({"backends": [{"name": "ref", "urlPrefix": f"http://{HOST}:{ref_port}/ext",
+                                                    "filterVerb": "filter", "weight": 1, "httpTimeout": "5s",
+                                                    "nodeCacheCapable": True}],
+                                      "recording": {"enabled": False}}))
+        env = proxy_env(config, tmp)
+        env["EXTPROXY_EXTENDER_PORT"] = str(ext_port)
+        subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
+        proxy = subprocess.Popen(pinned([UVICORN, "extproxy.asgi:application", "--host", HOST, "--port", str(main_port),
+                                         "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on"],
+                                        PROXY_CORE), cwd=ROOT, env=env)
+        wait_http(f"http://{HOST}:{main_port}/healthz", proxy, "extproxy")
+        print(f"hop costs; {'pinned: client+extproxy core %d, backend core %d' % (PROXY_CORE, BACKEND_CORE) if PIN else 'not pinned'}; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        uvloop.run(clients(f"http://{HOST}:{ref_port}/ext/filter", body))
+        path = "/extender/ref/filter"
+        uvloop.run(servers(f"http://{HOST}:{main_port}{path}", f"http://{HOST}:{ext_port}{path}", body, proxy.pid))
+        print(f"load average at the end {os.getloadavg()[0]:.2f}")
+        return 0
+    finally:
+        stop(proxy, "extproxy")
+        stop(ref, "reference backend")
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
