@@ -42,8 +42,13 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
+    user, system = cpu_split(pid)
+    return user + system
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS  # utime, stime
 
 
 async def batch(call, count: int) -> list[float]:
@@ -102,19 +107,21 @@ async def servers(main_url: str, listener_url: str, body: bytes, pid: int) -> No
         return call
 
     sides = {"main port (uvicorn ASGI)": poster(main_url), "extender listener": poster(listener_url)}
-    results = {name: ([], 0.0) for name in sides}
+    results: dict[str, tuple[list[float], float, float]] = {name: ([], 0.0, 0.0) for name in sides}
     for call in sides.values():
         await batch(call, 50)
     for _ in range(ROUNDS):
         for name, call in sides.items():
-            c0 = cpu_seconds(pid)
+            u0, s0 = cpu_split(pid)
             lat = await batch(call, PER_ROUND)
-            lats, cpu = results[name]
-            results[name] = (lats + lat, cpu + cpu_seconds(pid) - c0)
+            u1, s1 = cpu_split(pid)
+            lats, user, system = results[name]
+            results[name] = (lats + lat, user + u1 - u0, system + s1 - s0)
     await session.close()
     print("2. server side (client -> extproxy -> reference backend; recording off), names N=1000, c=1; CPU of extproxy")
-    for name, (lat, cpu) in results.items():
-        print(line(name, lat, cpu / len(lat)))
+    for name, (lat, user, system) in results.items():
+        print(line(name, lat, (user + system) / len(lat))
+              + f"  [user {user / len(lat) * 1e6:.0f} us + kernel {system / len(lat) * 1e6:.0f} us]")
 
 
 def main() -> int:
