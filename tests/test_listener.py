@@ -77,6 +77,7 @@ def test_it_answers_the_backends_bytes_and_records_the_call(backend_server, list
     backend = backend_server({"filter": reply(200, answer)})
     server, base = listening(write_config(config_for(backend.url)))
     request = fixture_bytes(FILTER_NAMES)
+    observed_before = duration_count(server.url, "gpu", "filter")  # the registry is per process
 
     response = post(base, "/extender/gpu/filter", request)
 
@@ -86,8 +87,15 @@ def test_it_answers_the_backends_bytes_and_records_the_call(backend_server, list
     server.flush()
     calls = admin_client.get(server.url + "/api/calls/").json()["results"]
     assert [(c["backend"], c["verb"], c["outcome"], c["node_count"]) for c in calls] == [("gpu", "filter", "ok", 5)]
-    metrics = requests.get(server.url + "/metrics", timeout=10).text
-    assert 'extproxy_request_duration_seconds_count{backend="gpu",verb="filter"} 1.0' in metrics
+    assert duration_count(server.url, "gpu", "filter") == observed_before + 1
+
+
+def duration_count(url: str, backend: str, verb: str) -> float:
+    key = f'extproxy_request_duration_seconds_count{{backend="{backend}",verb="{verb}"}} '
+    for line in requests.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(key):
+            return float(line[len(key):])
+    return 0.0
 
 
 @pytest.mark.parametrize("verb, status", [("filter", 200), ("bind", 200), ("prioritize", 504)])

@@ -51,6 +51,7 @@ def scheduler_file(tmp_path, settings):
 def no_host_env(monkeypatch):
     monkeypatch.delenv("HOST", raising=False)
     monkeypatch.delenv("PORT", raising=False)
+    monkeypatch.delenv("EXTPROXY_EXTENDER_PORT", raising=False)
 
 
 def run(*args: str) -> str:
@@ -108,11 +109,15 @@ def test_it_prints_a_section_the_config_loader_accepts(scheduler_file, no_host_e
         (("--host", "10.0.0.5", "--port", "8080"), {"HOST": "ignored", "PORT": "1"}, "http://10.0.0.5:8080/extender/"),
         (("--host", "::1"), {}, "http://[::1]:8000/extender/"),
         (("--scheme", "https", "--port", "8443"), {}, "https://127.0.0.1:8443/extender/"),
+        # the separate extender listener is the scheduler's port when it is configured
+        ((), {"PORT": "9000", "EXTPROXY_EXTENDER_PORT": "9001"}, "http://127.0.0.1:9001/extender/"),
+        (("--port", "8080"), {"EXTPROXY_EXTENDER_PORT": "9001"}, "http://127.0.0.1:8080/extender/"),
     ],
 )
 def test_it_builds_the_proxy_url_from_options_or_environment(scheduler_file, monkeypatch, args, env, prefix):
     monkeypatch.delenv("HOST", raising=False)
     monkeypatch.delenv("PORT", raising=False)
+    monkeypatch.delenv("EXTPROXY_EXTENDER_PORT", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     urls = [e["urlPrefix"] for e in extenders(run(*args))]

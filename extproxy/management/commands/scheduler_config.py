@@ -34,7 +34,8 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=None,
                             help="host the scheduler reaches the proxy at (default: $HOST or 127.0.0.1)")
         parser.add_argument("--port", default=None,
-                            help="port the scheduler reaches the proxy at (default: $PORT or 8000)")
+                            help="port the scheduler reaches the proxy at "
+                                 "(default: $EXTPROXY_EXTENDER_PORT, the extender listener, else $PORT or 8000)")
         parser.add_argument("--scheme", choices=("http", "https"), default="http",
                             help="scheme of the proxy's URL; https adds enableHTTPS and tlsConfig")
         parser.add_argument("--tls-ca-file", default="",
@@ -59,7 +60,8 @@ class Command(BaseCommand):
 
 def proxy_base_url(scheme: str, host: str | None, port: str | int | None) -> str:
     host = host or os.environ.get("HOST") or "127.0.0.1"
-    port = port or os.environ.get("PORT") or "8000"
+    # The extender listener (listener.py) is the scheduler's port when it is configured.
+    port = port or os.environ.get("EXTPROXY_EXTENDER_PORT") or os.environ.get("PORT") or "8000"
     try:
         port_number = int(port)
     except (TypeError, ValueError):
