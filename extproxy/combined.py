@@ -11,6 +11,9 @@ needs. Registered with names only while some backend needs objects, it takes the
 node cache (Kubernetes API list and watch); nodes the cache does not know fail that backend's
 call (its ignorable rule then applies). Preempt to a full-object backend needs the victims'
 full Pods, which the proxy has only when registered with full objects.
+
+May import: the pure core, backends/, kube and the node cache, the recorder's Trace; never the
+engine (which imports this module) or Django.
 """
 from __future__ import annotations
 

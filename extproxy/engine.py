@@ -7,6 +7,9 @@ answers what makes the scheduler do what it does for a failed call to that backe
 the scheduler fails the call with that text and skips an ignorable backend exactly as for a
 transport error; for prioritize and preempt, whose replies have no Error field, a 502/504).
 The engine holds the backends and the recorder for the process.
+
+May import: the pure core, backends/, combined, the recorder, metrics; Django's settings only
+(the engine is built inside the running server).
 """
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 Bind requests carry only a pod's name and UID; what the pod asks for (its managed resources,
 its requests for a ledger) is known only from the filter or prioritize call that came before.
 Least recently seen pods are forgotten first once `size` is reached.
+
+May import: the standard library and extproxy.protocol.
 """
 from __future__ import annotations
 

@@ -100,3 +100,12 @@ def test_it_keeps_modules_small_or_says_why():
         if f"Over {LINE_BOUND} lines because" not in docstring:
             too_long.append(str(path.relative_to(ROOT)))
     assert too_long == []
+
+
+def test_it_says_what_each_core_module_may_import():
+    silent = []
+    for package in ("protocol", "semantics", "config"):
+        for path in (PACKAGE / package).glob("*.py"):
+            if "May import" not in (ast.get_docstring(ast.parse(path.read_text())) or ""):
+                silent.append(str(path.relative_to(ROOT)))
+    assert silent == []

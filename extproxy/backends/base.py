@@ -4,6 +4,8 @@ A backend is an HTTP extender or the built-in policy. The engine only sees `exch
 returns what the backend answered (status and bytes) or why it gave no answer (a transport
 error, a timeout). Whether the answer is acceptable is the scheduler's reading, done by
 `semantics`, not here. `trace_of` turns one exchange into the Trace the recorder stores.
+
+May import: config, protocol and the recorder's Trace; never the engine, never Django.
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ import binascii
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from extproxy.protocol import Verb
+
 from .durations import INT64_MAX, parse_age, parse_go_duration
 from .names import BACKEND_NAME_RE, derive_backend_names, extended_resource_name_problem
 from .types import (
@@ -221,8 +223,13 @@ class _Decoder:
 
     def backend(self, entry: dict, path: str, name: str, http: bool, policy: str = "") -> BackendConfig:
         p = lambda key: f"{path}.{key}"  # noqa: E731
-        # A policy backend answers every verb but bind unless told otherwise.
-        verb_default = (lambda verb: "") if http else (lambda verb: "" if verb == "bind" else verb)
+
+        def verb_string(verb: Verb) -> str:
+            # A policy backend answers every verb but bind unless told otherwise.
+            default = "" if http or verb == Verb.BIND else verb.value
+            return self.string(entry.get(f"{verb}Verb"), p(f"{verb}Verb"), default)
+
+        verbs: dict[str, Any] = {f"{verb}_verb": verb_string(verb) for verb in Verb}
         url_prefix = ""
         if http:
             url_prefix = self.string(entry.get("urlPrefix"), p("urlPrefix"))
@@ -238,10 +245,7 @@ class _Decoder:
             name=name,
             url_prefix=url_prefix,
             policy=policy,
-            filter_verb=self.string(entry.get("filterVerb"), p("filterVerb"), verb_default("filter")),
-            prioritize_verb=self.string(entry.get("prioritizeVerb"), p("prioritizeVerb"), verb_default("prioritize")),
-            preempt_verb=self.string(entry.get("preemptVerb"), p("preemptVerb"), verb_default("preempt")),
-            bind_verb=self.string(entry.get("bindVerb"), p("bindVerb"), verb_default("bind")),
+            **verbs,
             weight=self.integer(entry.get("weight"), p("weight"), 0 if http else 1),
             enable_https=self.boolean(entry.get("enableHTTPS"), p("enableHTTPS")) if http else False,
             tls_config=tls,

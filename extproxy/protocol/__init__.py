@@ -11,7 +11,8 @@ goes in ``extproxy.semantics``.
 * ``encode``: one encoder per message, byte-compatible with Go's json.Marshal;
 * ``raw``: the hot path's split of ExtenderArgs into parts kept as bytes, and the joins back.
 
-The public names are exported here, so ``from extproxy.protocol import X`` is the way in.
+May import: the standard library and msgspec; nothing else of extproxy. The public names are
+exported here, so ``from extproxy.protocol import X`` is the way in.
 """
 
 from __future__ import annotations
