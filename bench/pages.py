@@ -74,7 +74,7 @@ SELECT
   0, '[]'::jsonb, %(req)s, ''::bytea, 200,
   CASE WHEN mod(i, 4) = 0 AND mod(i / 4, 50) = 0 THEN %(none)s WHEN mod(i, 4) = 0 THEN %(gpu)s
        WHEN mod(i, 4) = 1 THEN %(zone)s WHEN mod(i, 4) = 2 THEN %(scores)s ELSE ''::bytea END
-FROM generate_series(0, {n} - 1) AS i
+FROM generate_series(0::bigint, {n} - 1) AS i
 """
 
 

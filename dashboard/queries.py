@@ -76,6 +76,8 @@ def feed_calls(params, limit: int) -> list[dict]:
 def _bound_node(call: Call) -> str | None:
     if call.verb != "bind":
         return None
+    if hasattr(call, "bound_to"):  # read with its attempt (attempt_calls)
+        return call.bound_to
     if "request_body" in call.get_deferred_fields():
         call = Call.objects.only("request_body").get(pk=call.pk)
     return records.bind_node(call.request_body)
@@ -240,16 +242,26 @@ def bound_node(calls: list[Call]) -> str | None:
 def attempt_calls(keys: list[str], requests: bool = False) -> dict[str, list[Call]]:
     """The calls of these attempts with their decisions and backend calls (bodies left out, but
     the stored requests with `requests`: Node objects stay references, so this stays cheap)."""
-    from django.db.models import Prefetch
-
-    children = Prefetch("backend_calls", queryset=BackendCall.objects.defer("request_body", "response_body"))
     found: dict[str, list[Call]] = defaultdict(list)
     wanted = [k for k in keys if not k.startswith("call-")]
     singles = [int(k[5:]) for k in keys if k.startswith("call-") and k[5:].isdigit()]
     queryset = Call.objects.filter(Q(attempt__in=wanted) | Q(id__in=singles))
     deferred = ("response_body",) if requests else ("request_body", "response_body")
-    for call in queryset.defer(*deferred).prefetch_related(children):
+    binds: dict[int, Call] = {}
+    combined: dict[int, Call] = {}
+    for call in queryset.defer(*deferred):
         found[call.attempt or f"call-{call.id}"].append(call)
+        if call.verb == "bind" and not requests:
+            binds[call.id] = call
+        if call.form == "combined":
+            call.children = []
+            combined[call.id] = call
+    # Backend calls only for combined calls (a prefetch would build a manager per call).
+    for child in BackendCall.objects.filter(call_id__in=list(combined)).defer("request_body", "response_body"):
+        combined[child.call_id].children.append(child)
+    if binds:  # the node each bind names, in one query (bind requests are a few bytes)
+        for id_, body in Call.objects.filter(id__in=list(binds)).values_list("id", "request_body"):
+            binds[id_].bound_to = records.bind_node(body)
     return found
 
 
@@ -334,7 +346,7 @@ def backend_series(minutes: int, slots: int = 30, now: datetime | None = None) -
     return series
 
 
-def backend_findings(scan: int = 5000, examples: int = 3) -> dict[str, list[dict]]:
+def backend_findings(scan: int = 1000, examples: int = 3) -> dict[str, list[dict]]:
     """Per backend: each kind of contract finding with its count and a few example calls.
 
     Besides the recorder's findings, non-200 answers (with their bodies, kept in `error`) and
@@ -382,15 +394,15 @@ def scheduler_events(pods: list[tuple[str, str]], since: datetime | None = None)
     found: dict[tuple[str, str], list] = defaultdict(list)
     if not pods:
         return found
-    query = Q()
-    for namespace, name in pods:
-        query |= Q(pod_namespace=namespace, pod_name=name)
-    events = SchedulerEvent.objects.filter(query)
+    wanted = set(pods)
+    # One IN per column (an OR of hundreds of pairs costs more to build than to run).
+    events = SchedulerEvent.objects.filter(pod_name__in={n for _, n in pods}, pod_namespace__in={ns for ns, _ in pods})
     if since is not None:
         events = events.filter(at__gte=since)
     # The newest ones (a pod pending for days has thousands), in time order.
     for event in reversed(list(events.order_by("-at", "-id")[:200 * len(pods)])):
-        found[(event.pod_namespace, event.pod_name)].append(event)
+        if (event.pod_namespace, event.pod_name) in wanted:
+            found[(event.pod_namespace, event.pod_name)].append(event)
     return found
 
 

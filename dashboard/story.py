@@ -85,6 +85,12 @@ def _first_rejection(decisions: list[dict]) -> tuple[str, str] | None:
     return None
 
 
+def children_of(call: Any) -> list:
+    """A combined call's backend calls, as dashboard.queries.attempt_calls attached them."""
+    found = getattr(call, "children", None)
+    return list(call.backend_calls.all()) if found is None else found
+
+
 @dataclass
 class _Source:
     """A per-backend call, or one backend call inside a combined call."""
@@ -109,7 +115,7 @@ def sources(calls: Sequence[Any], verb: str) -> list[_Source]:
     if combined:
         parent = max(combined, key=lambda c: (c.started_at, c.id))
         out = []
-        for child in sorted(parent.backend_calls.all(), key=lambda b: (b.started_at, b.id)):
+        for child in sorted(children_of(parent), key=lambda b: (b.started_at, b.id)):
             out.append(_Source(child.verb, child.backend, parent.id, child.started_at, child.finished_at,
                                child.outcome, child.error, _decisions(child.decisions_blob), parent.node_count))
         return out
@@ -232,7 +238,7 @@ def tell(
 
 def _bind_step(call: Any, backends: Mapping[str, BackendConfig]) -> tuple[Step, str]:
     if call.form == "combined":
-        children = sorted(call.backend_calls.all(), key=lambda b: (b.started_at, b.id))
+        children = sorted(children_of(call), key=lambda b: (b.started_at, b.id))
         extender = next((b for b in children if b.outcome == "ok"), None)
         by = f"extender binder {extender.backend}" if extender else "the Kubernetes API (extproxy's combined bind)"
         counted = "bound" if call.outcome == "ok" else "error"
