@@ -29,7 +29,7 @@ class IdsFilter(df.BaseInFilter, df.NumberFilter):
     def filter(self, qs: QuerySet, value: Any) -> QuerySet:
         if value and len(value) > MAX_IDS:
             raise ValidationError({"ids": [f"at most {MAX_IDS} ids"]})
-        if value and any(v != int(v) for v in value):
+        if value and any(v is None or v != int(v) for v in value):  # "ids=," has empty items
             raise ValidationError({"ids": ["call ids are whole numbers"]})
         return super().filter(qs, [int(v) for v in value] if value else value)
 
