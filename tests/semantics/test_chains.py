@@ -60,9 +60,11 @@ def freply(names=None, nodes=None, failed=None, unres=None, error="") -> bytes:
     return json.dumps(body).encode()
 
 
-def run_chain(steps, names=NAMES):
-    """steps: [(backend, status, body) or (backend, None, transport_error)]."""
-    chain = FilterChain(names)
+def drive(chain, steps):
+    """Run a filter or preempt chain as the combined form does; (result, [(backend, what it was sent)]).
+
+    steps: [(backend, status, body) or (backend, None, transport_error)].
+    """
     called = []
     for backend, status, body in steps:
         if chain.done:
@@ -73,6 +75,10 @@ def run_chain(steps, names=NAMES):
         else:
             chain.apply(backend, chain.judge(backend, status, body))
     return chain.result(), called
+
+
+def run_chain(steps, names=NAMES):
+    return drive(FilterChain(names), steps)
 
 
 # ------------------------------------------------------------------ order and interest
@@ -412,17 +418,7 @@ START = {"n1": mv("u1", "u2"), "n2": mv("u3"), "n3": mv("u4")}
 
 
 def run_preempt(steps, start=START):
-    chain = PreemptChain(start)
-    called = []
-    for backend, status, body in steps:
-        if chain.done:
-            break
-        called.append((backend.name, chain.remaining))
-        if status is None:
-            chain.apply(backend, None, body)
-        else:
-            chain.apply(backend, chain.judge(backend, status, body))
-    return chain.result(), called
+    return drive(PreemptChain(start), steps)
 
 
 def test_preempt_replies_replace_the_map():
