@@ -9,20 +9,29 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 
-def note_gap(reason: str, calls: int, first_at: datetime, last_at: datetime) -> None:
-    """Record that `calls` calls between first_at and last_at are missing for `reason`."""
+def note_gap(reason: str, calls: int, first_at: datetime, last_at: datetime, merge: bool = False) -> None:
+    """Record that `calls` calls between first_at and last_at are missing for `reason`.
+
+    merge: extend the reason's latest gap when this one starts at or after its end (retention
+    deletes oldest first, every minute: one growing row instead of one row a minute).
+    """
     from .models import RecordingGap
 
     if calls <= 0:
         return
-    RecordingGap.objects.create(
-        reason=reason[:64], calls=calls, first_at=min(first_at, last_at), last_at=max(first_at, last_at),
-        noted_at=timezone.now(),
-    )
+    first_at, last_at = min(first_at, last_at), max(first_at, last_at)
+    if merge:
+        latest = RecordingGap.objects.filter(reason=reason[:64]).order_by("-last_at", "-id").first()
+        if latest is not None and latest.last_at <= first_at:
+            RecordingGap.objects.filter(pk=latest.pk).update(
+                calls=F("calls") + calls, last_at=last_at, noted_at=timezone.now())
+            return
+    RecordingGap.objects.create(reason=reason[:64], calls=calls, first_at=first_at, last_at=last_at,
+                                noted_at=timezone.now())
 
 
 def gaps_overlapping(since: datetime | None, until: datetime | None) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""Retention: delete calls older than `maxAge` or beyond the newest `maxCalls`, then the Node
-objects no kept call can refer to.
+"""Retention: delete calls older than `maxAge`, beyond the newest `maxCalls`, or the oldest
+while the store is above `maxBytes` (each deletion noted as a gap, see pruning.py), then the
+Node objects no kept call can refer to, and audit events past `auditMaxAge`.
 
 A Node object's `last_seen` is refreshed at most every TOUCH_EVERY seconds while calls carry
 it, so every node a kept call refers to has last_seen >= (that call's time - TOUCH_EVERY).
@@ -24,26 +25,31 @@ CHUNK = 2000
 class Pruned:
     calls: int = 0
     nodes: int = 0
+    audit_events: int = 0
 
 
 def prune(retention: RetentionConfig, now=None) -> Pruned:
     from .models import Call, NodeObject
+    from .pruning import delete_calls, prune_audit, prune_to_size
     from .recorder import TOUCH_EVERY
 
     now = now or timezone.now()
     result = Pruned()
     if retention.max_age_seconds > 0:
         cutoff = now - timedelta(seconds=retention.max_age_seconds)
-        result.calls += _delete_chunks(Call.objects.filter(started_at__lt=cutoff))
+        result.calls += delete_calls(Call.objects.filter(started_at__lt=cutoff), "pruned-age")
     if retention.max_calls > 0:
         boundary = (
             Call.objects.order_by("-started_at", "-id").values_list("started_at", flat=True)[retention.max_calls : retention.max_calls + 1]
         )
         if boundary:
-            result.calls += _delete_chunks(Call.objects.filter(started_at__lte=boundary[0]))
+            result.calls += delete_calls(Call.objects.filter(started_at__lte=boundary[0]), "pruned-count")
+    if retention.max_bytes > 0:
+        result.calls += prune_to_size(retention.max_bytes)
     oldest = Call.objects.order_by("started_at").values_list("started_at", flat=True).first()
     node_cutoff = (oldest or now) - timedelta(seconds=TOUCH_EVERY * 2)
     result.nodes = _delete_chunks(NodeObject.objects.filter(last_seen__lt=node_cutoff))
+    result.audit_events = prune_audit(retention.audit_max_age_seconds, now)
     return result
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
@@ -345,15 +346,34 @@ class _Decoder:
         )
 
     def retention(self, value: Any) -> RetentionConfig:
-        value = self.mapping(value, "retention", ("maxAge", "maxCalls"))
+        value = self.mapping(value, "retention", ("maxAge", "maxCalls", "maxBytes", "auditMaxAge"))
         d = RetentionConfig()
-        max_age = d.max_age_seconds
+        max_age, audit_max_age = d.max_age_seconds, d.audit_max_age_seconds
         if value.get("maxAge") is not None:
             max_age = self.duration(value["maxAge"], "retention.maxAge", parse_age)
+        if value.get("auditMaxAge") is not None:
+            audit_max_age = self.duration(value["auditMaxAge"], "retention.auditMaxAge", parse_age)
         return RetentionConfig(
             max_age_seconds=max_age,
             max_calls=self.integer(value.get("maxCalls"), "retention.maxCalls", d.max_calls, minimum=0),
+            max_bytes=self.size(value.get("maxBytes"), "retention.maxBytes", d.max_bytes),
+            audit_max_age_seconds=audit_max_age,
         )
+
+    def size(self, value: Any, path: str, default: int = 0) -> int:
+        """Bytes: an integer, or a Kubernetes-style quantity such as "512Mi", "10Gi", "2G"."""
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return self.integer(value, path, default, minimum=0)
+        if not isinstance(value, str):
+            raise self.error(path, f'expected bytes as an integer or a size such as "10Gi", got {_type_name(value)}')
+        match = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T)?", value.strip())
+        if match is None:
+            raise self.error(path, f'expected a size such as "512Mi", "10Gi" or "2G", got {value!r}')
+        return self.integer(int(match.group(1)) * SIZE_UNITS[match.group(2) or ""], path, minimum=0)
+
+
+SIZE_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+              "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
 def _join(path: str, key: str) -> str:

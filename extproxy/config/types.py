@@ -137,6 +137,8 @@ class RedactionConfig:
 class RetentionConfig:
     max_age_seconds: float = 7 * 86400  # 0 = no age limit
     max_calls: int = 0  # 0 = unlimited
+    max_bytes: int = 0  # stored bodies, decisions and Node objects; 0 = unlimited
+    audit_max_age_seconds: float = 400 * 86400  # the audit trail's own retention; 0 = keep forever
 
 
 @dataclass(frozen=True)

@@ -12,4 +12,5 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         config = load_config(settings.EXTPROXY_CONFIG or None)
         result = prune(config.retention)
-        self.stdout.write(f"pruned {result.calls} call(s) and {result.nodes} node object(s)")
+        self.stdout.write(f"pruned {result.calls} call(s), {result.nodes} node object(s) "
+                          f"and {result.audit_events} audit event(s)")
