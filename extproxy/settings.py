@@ -11,6 +11,8 @@ import warnings
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from extproxy import secret_key as _secret_key
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -35,10 +37,28 @@ def envint(name: str, default: int) -> int:
         raise ValueError(f"{name}={value!r}: expected an integer") from None
 
 
+def envfloat(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected a number") from None
+
+
+def envlist(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
 DEBUG = envbool("EXTPROXY_DEBUG", False)
-SECRET_KEY = os.environ.get("EXTPROXY_SECRET_KEY") or "extproxy-insecure-dev-key-set-EXTPROXY_SECRET_KEY"
-ALLOWED_HOSTS = [h for h in os.environ.get("EXTPROXY_ALLOWED_HOSTS", "*").split(",") if h]
 DATA_DIR = Path(os.environ.get("EXTPROXY_DATA_DIR", BASE_DIR / "var"))
+# Never a fixed key: without the variable, one is generated into the data directory once.
+SECRET_KEY = os.environ.get("EXTPROXY_SECRET_KEY") or _secret_key.load_or_create(DATA_DIR)
+# The names the dashboard and API answer to (the extender endpoints bypass this check: the
+# scheduler calls them by Service name). Loopback only unless set.
+ALLOWED_HOSTS = envlist("EXTPROXY_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = envlist("EXTPROXY_CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -66,6 +86,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "extproxy.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "extproxy.audit.audit_actor_middleware",
 ]
@@ -165,6 +186,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_RATES": {"auth-token": os.environ.get("EXTPROXY_TOKEN_RATE", "30/min")},
 }
 
 SPECTACULAR_SETTINGS = {
@@ -180,6 +202,9 @@ SPECTACULAR_SETTINGS = {
 EXTPROXY_CONFIG = os.environ.get("EXTPROXY_CONFIG", "")
 # Largest extender request body accepted (413 above it). Full-object mode posts every Node.
 EXTPROXY_MAX_BODY_BYTES = envint("EXTPROXY_MAX_BODY_BYTES", 64 * 1024 * 1024)
+# Seconds an extender request's body may take to arrive in full (408 after it): a client that
+# sends a few bytes at a time must not hold a connection and its buffer for ever.
+EXTPROXY_BODY_TIMEOUT = envfloat("EXTPROXY_BODY_TIMEOUT", 30.0)
 
 # --- hot path (issue 8b) ---
 # Most of one backend reply kept in memory for recording and combining. Per-backend form: a
@@ -214,3 +239,40 @@ EXTPROXY_LIVE_BUFFER = envint("EXTPROXY_LIVE_BUFFER", 5000)
 EXTPROXY_LIVE_FLUSH_MS = envint("EXTPROXY_LIVE_FLUSH_MS", 100)
 # Pods with no scheduling attempt in this many minutes are not listed as pending.
 EXTPROXY_PENDING_MINUTES = envint("EXTPROXY_PENDING_MINUTES", 15)
+
+# --- security (issue 9) ---
+# EXTPROXY_HTTPS: the dashboard and API are reached over https (uvicorn's own TLS, or a proxy that
+# terminates TLS and sends X-Forwarded-Proto to a uvicorn that trusts it: --forwarded-allow-ips).
+# It turns on secure cookies, HSTS and the redirect to https; each can be set on its own too.
+HTTPS = envbool("EXTPROXY_HTTPS", False)
+SESSION_COOKIE_SECURE = envbool("EXTPROXY_SECURE_COOKIES", HTTPS)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_HSTS_SECONDS = envint("EXTPROXY_HSTS_SECONDS", 31536000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("EXTPROXY_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = envbool("EXTPROXY_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = envbool("EXTPROXY_SSL_REDIRECT", HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # kubelet probes speak plain http
+X_FRAME_OPTIONS = "DENY"
+# Sent on every dashboard, admin and API response; "" turns it off. Styles allow inline
+# attributes (the pod timeline's bar widths); scripts come only from our own static files.
+EXTPROXY_CSP = os.environ.get(
+    "EXTPROXY_CSP",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
+# Preloading is a commitment an operator makes by submitting the domain, never a default.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# Failed log-ins (login form, admin, POST /api/auth/token/) per client address and per user name
+# within the window; above it the answer is 429 with Retry-After.
+EXTPROXY_LOGIN_FAILURES = envint("EXTPROXY_LOGIN_FAILURES", 10)
+EXTPROXY_LOGIN_WINDOW = envint("EXTPROXY_LOGIN_WINDOW", 300)
+# Throttle counters: shared by the replicas through Redis when there is one.
+if os.environ.get("EXTPROXY_REDIS_URL"):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": os.environ["EXTPROXY_REDIS_URL"],
+            "KEY_PREFIX": os.environ.get("EXTPROXY_CACHE_PREFIX", "extproxy"),
+        }
+    }

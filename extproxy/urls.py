@@ -4,13 +4,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from . import health
+from .throttling import throttle_logins
 
 urlpatterns = [
     path("healthz", health.healthz),
     path("readyz", health.readyz),
     path("metrics", health.metrics_view),
+    # Before admin.site.urls, so that the admin's own login form is throttled too.
+    path("admin/login/", throttle_logins(admin.site.login)),
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", throttle_logins(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/", include("extproxy.api.urls")),
     path("", include("dashboard.urls")),

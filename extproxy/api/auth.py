@@ -8,9 +8,13 @@ from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.response import Response
 
 from ..audit import Action, acting_as, audit, source_of
+from ..throttling import TOKEN_THROTTLE_SCOPE, TOKEN_THROTTLES
 
 
 class TokenLogin(ObtainAuthToken):
+    throttle_classes = TOKEN_THROTTLES  # 429 after too many failed log-ins, and a rate per address
+    throttle_scope = TOKEN_THROTTLE_SCOPE
+
     def post(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
