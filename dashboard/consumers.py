@@ -64,16 +64,21 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.joined = False
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.refuse(4401)
             return
         if not await database_sync_to_async(user.has_perm)(self.required_permission):
-            await self.close(code=4403)
+            await self.refuse(4403)
             return
         await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)
         self.joined = True
         await self.accept()
         # The client (re)loads its snapshot now and applies the stream on top of it.
         await self.send_json({"type": "reset"})
+
+    async def refuse(self, code: int) -> None:
+        # Closing before accepting reaches the client as an HTTP 403 without the code.
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code):
         if self.flusher is not None:

@@ -8,8 +8,11 @@ class ExtproxyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from . import logsafety, throttling  # noqa: F401  (throttling counts failed log-ins by signal)
         from .audit import connect_signals
         from .roles import ensure_roles
+
+        logsafety.install()  # before the server logs its first request line
 
         post_migrate.connect(ensure_roles, sender=self)
         connect_signals()

@@ -15,10 +15,9 @@ django_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from dashboard import background as dashboard_background  # noqa: E402
-from dashboard.auth import TokenAuthMiddleware  # noqa: E402
+from dashboard.auth import OriginValidator, TokenAuthMiddleware  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 from . import offload  # noqa: E402
@@ -72,7 +71,7 @@ async def lifespan_app(scope, receive, send):
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": OriginValidator(
             AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
         "lifespan": lifespan_app,

@@ -49,19 +49,64 @@ async def publish(*batches: list[dict]) -> None:
         await layer.group_send(LIVE_GROUP, {"type": "calls.batch", "calls": calls})
 
 
+async def refusal_code(query: str = "", headers: list | None = None) -> int:
+    """The close code of a refused connection: accepted, then closed at once with the code."""
+    from extproxy.asgi import application
+
+    communicator = WebsocketCommunicator(application, "/ws/live/" + query, headers=headers or [])
+    connected, _ = await communicator.connect()
+    assert connected  # accepted only so that the close code reaches the client
+    message = await communicator.receive_output(timeout=2)
+    assert message["type"] == "websocket.close"
+    return message["code"]
+
+
 async def test_it_closes_anonymous_connections():
-    communicator, connected, code = await connect()
-    assert not connected and code == 4401
+    assert await refusal_code() == 4401
 
 
 async def test_it_closes_connections_with_a_bad_token():
-    communicator, connected, code = await connect("?token=nope")
-    assert not connected and code == 4401
+    assert await refusal_code("?token=nope") == 4401
+    assert await refusal_code(headers=[(b"sec-websocket-protocol", b"extproxy, extproxy.token.nope")]) == 4401
 
 
 async def test_it_closes_connections_of_users_without_a_role():
-    communicator, connected, code = await connect("?token=" + await token_for("nobody", superuser=False))
-    assert not connected and code == 4403
+    assert await refusal_code("?token=" + await token_for("nobody", superuser=False)) == 4403
+
+
+async def test_it_takes_the_token_from_the_subprotocol_header_and_answers_extproxy():
+    from extproxy.asgi import application
+
+    token = await token_for("script")
+    communicator = WebsocketCommunicator(application, "/ws/live/", subprotocols=["extproxy", f"extproxy.token.{token}"])
+    connected, subprotocol = await communicator.connect()
+    assert connected and subprotocol == "extproxy"
+    assert await communicator.receive_json_from() == {"type": "reset"}
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize("allowed_hosts", [["localhost"], ["*"]])
+async def test_it_closes_connections_from_another_origin_with_4403(settings, allowed_hosts):
+    settings.ALLOWED_HOSTS = allowed_hosts
+    token = await token_for("op")
+    headers = [(b"host", b"localhost:8000"), (b"origin", b"http://evil.example")]
+    assert await refusal_code("?token=" + token, headers) == 4403
+
+
+async def test_it_accepts_its_own_origin_and_trusted_origins(settings):
+    from extproxy.asgi import application
+
+    settings.ALLOWED_HOSTS = ["dash.example"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://ui.example"]
+    token = await token_for("op")
+    for origin in (b"http://dash.example", b"https://ui.example"):
+        headers = [(b"host", b"dash.example"), (b"origin", origin)]
+        communicator = WebsocketCommunicator(application, "/ws/live/?token=" + token, headers=headers)
+        connected, _ = await communicator.connect()
+        assert connected and await communicator.receive_json_from() == {"type": "reset"}, origin
+        await communicator.disconnect()
+    headers = [(b"host", b"other.example"), (b"origin", b"http://other.example")]  # same origin, host not allowed
+    assert await refusal_code("?token=" + token, headers) == 4403
 
 
 async def test_it_sends_reset_then_streams_a_single_call_as_calls_add():
