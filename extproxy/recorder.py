@@ -35,7 +35,7 @@ from . import metrics, protocol, semantics
 from .config import BackendConfig, RecordingConfig, RedactionConfig, RetentionConfig
 from .protocol import Verb
 from .semantics import Decision, Outcome
-from .redaction import needs_redaction, redact_object
+from .redaction import needs_redaction, redact_object, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,10 @@ class _NodeListRaw(msgspec.Struct):
     metadata: msgspec.Raw = msgspec.Raw(b"{}")
 
 
+# What decoding bytes that are not readable JSON raises (beyond the protocol's own errors).
+UNDECODABLE = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
+
+
 class NodeDeduper:
     """Collects the distinct Node objects of a batch, keyed by the SHA-256 of canonical JSON.
 
@@ -142,6 +146,13 @@ class NodeDeduper:
 
 def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
     """Redact, move Node objects into `nodes`, and return the form that is stored."""
+    try:
+        return _compact_body(body, rules, nodes)
+    except UNDECODABLE:  # invalid UTF-8 or nesting too deep somewhere inside: kept as received
+        return _RAW_MARK + body
+
+
+def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
     try:
         envelope = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
     except msgspec.DecodeError:
@@ -265,6 +276,8 @@ def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
             ident["nodes"] = list(victims)
     except protocol.ProtocolError as exc:
         ident["request_error"] = str(exc)
+    except UNDECODABLE as exc:  # not JSON the decoder can read at all: keep the call, say why
+        ident["undecodable"] = f"{type(exc).__name__}: {exc}"
     if trace.status is None or trace.truncated:
         return ident, None
     if trace.verdict is not None:
@@ -307,6 +320,8 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
     findings += trace.findings
     if "request_error" in ident:
         findings.append({"kind": "bad-request", "detail": ident["request_error"]})
+    if "undecodable" in ident:
+        findings.append({"kind": "undecodable-request", "detail": ident["undecodable"]})
     counts = {r: sum(1 for d in decisions if d.result == r) for r in ("passed", "failed", "unresolvable")}
     children = []
     for child in trace.backend_calls:
@@ -322,7 +337,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
                 finished_at=_when(child.finished_at),
                 outcome=c_outcome,
                 http_status=child.status,
-                error=c_error,
+                error=redact_text(c_error, rules),
                 findings=c_findings,
                 request_body=compress(compact_body(child.request_body, rules, nodes)),
                 response_body=compress(compact_body(child.response_body, rules, nodes)),
@@ -341,7 +356,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         finished_at=_when(trace.finished_at),
         outcome=outcome,
         http_status=trace.status,
-        error=error,
+        error=redact_text(error, rules),  # a backend's non-200 body can echo secrets; it is streamed live
         node_count=len(ident["nodes"]),
         passed_count=counts["passed"],
         failed_count=counts["failed"],

@@ -1,11 +1,22 @@
-"""Removes secrets from Pod and Node objects before anything is stored or streamed.
+"""Removes secrets from Pod and Node objects and from error texts before anything is stored or streamed.
 
-Pod specs can hold secrets in container `env[].value`; annotations such as
-kubectl.kubernetes.io/last-applied-configuration repeat the whole spec, env included. What is
-redacted is set by `RedactionConfig`. Works on decoded dicts in place; pure, no I/O.
+What is redacted is set by `RedactionConfig`:
+- container `env[].value`: every one (`envValues`, the default), else those whose name matches
+  one of `namePatterns`;
+- container `args` and `command`: the value of a flag whose name matches (`--db-password=x`,
+  `--token x`), and `name=value` / `name: value` text inside an argument (`sh -c "PASSWORD=x ..."`);
+- annotations and labels: the values of keys that match, or that are listed by name
+  (`redactAnnotations`, `redactLabels`); `dropAnnotations` are removed whole (the default drops
+  kubectl's last-applied-configuration, which repeats the spec, env included);
+- free text (`redact_text`: error texts, including a backend's non-200 body): `name=value`,
+  `"name": "value"`, env entries written as JSON, `Bearer`/`Token`/`Basic` credentials, and
+  passwords in URLs.
+Function names here are stable: the recorder calls them. Works on decoded dicts in place; pure, no I/O.
 """
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from typing import Any
 
 from .config import RedactionConfig
@@ -14,44 +25,127 @@ REDACTED = "[redacted]"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
+@lru_cache(maxsize=32)
+def _names(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One case-insensitive regex that finds any of the patterns (never matches when empty)."""
+    return re.compile("|".join(f"(?:{p})" for p in patterns) or r"(?!x)x", re.IGNORECASE)
+
+
+@lru_cache(maxsize=32)
+def _names_bytes(patterns: tuple[str, ...]) -> re.Pattern[bytes]:
+    return re.compile(_names(patterns).pattern.encode(), re.IGNORECASE)
+
+
+_ENV_JSON = re.compile(r'("name"\s*:\s*"((?:[^"\\]|\\.){0,256})"\s*,\s*"value"\s*:\s*")((?:[^"\\]|\\.)*)(")')
+_QUOTED_PAIR = re.compile(r'(["\'])([^"\'\n]{1,256})\1(\s*:\s*)(["\'])((?:[^"\'\\]|\\.)*)\4')
+_CREDENTIAL = re.compile(r"\b(Bearer|Token|Basic|extproxy\.token\.)(\s*)[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^\s:/@]{1,256}:)[^\s/@]+(@)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=32)
+def _plain_pair(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    # password=x, --db-password=x, token: x, X-Api-Key: x (the name's start is left as it is)
+    return re.compile(
+        rf"((?:{_names(patterns).pattern})[\w.\-/]*\s*[=:]\s*)((?:(?:Bearer|Token|Basic)\s+)?[^\s\"',;&}}\]]+)",
+        re.IGNORECASE,
+    )
+
+
+def redact_text(text: str, rules: RedactionConfig) -> str:
+    """`text` with every secret the rules recognise replaced by [redacted]."""
+    if not text:
+        return text
+    names = _names(rules.name_patterns)
+
+    def env_entry(m: re.Match[str]) -> str:
+        if rules.env_values or names.search(m.group(2)):
+            return m.group(1) + REDACTED + m.group(4)
+        return m.group(0)
+
+    def quoted_pair(m: re.Match[str]) -> str:
+        if names.search(m.group(2)):
+            return m.group(0)[: m.start(5) - m.start(0)] + REDACTED + m.group(4)
+        return m.group(0)
+
+    text = _ENV_JSON.sub(env_entry, text)
+    text = _QUOTED_PAIR.sub(quoted_pair, text)
+    text = _plain_pair(rules.name_patterns).sub(rf"\g<1>{REDACTED}", text)
+    text = _CREDENTIAL.sub(rf"\1\2{REDACTED}", text)
+    return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
+
+
 def redact_object(obj: Any, rules: RedactionConfig) -> Any:
     """Redact one Pod or Node dict in place and return it."""
     if not isinstance(obj, dict):
         return obj
+    names = _names(rules.name_patterns)
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
-        _redact_map(metadata, "annotations", rules.drop_annotations, rules.redact_annotations)
-        _redact_map(metadata, "labels", (), rules.redact_labels)
+        _redact_map(metadata, "annotations", rules.drop_annotations, rules.redact_annotations, names, rules)
+        _redact_map(metadata, "labels", (), rules.redact_labels, names, rules)
     spec = obj.get("spec")
-    if rules.env_values and isinstance(spec, dict):
+    if isinstance(spec, dict):
         for key in _CONTAINER_LISTS:
             for container in spec.get(key) or ():
                 if isinstance(container, dict):
-                    _redact_env(container.get("env"))
+                    _redact_env(container.get("env"), rules.env_values, names)
+                    for field in ("args", "command"):
+                        if isinstance(container.get(field), list):
+                            container[field] = redact_args(container[field], rules)
     return obj
 
 
-def _redact_map(metadata: dict, key: str, drop: tuple[str, ...], redact: tuple[str, ...]) -> None:
+def redact_args(args: list[Any], rules: RedactionConfig) -> list[Any]:
+    """A container's args (or command) with secret values replaced."""
+    names = _names(rules.name_patterns)
+    out: list[Any] = []
+    secret_flag = False
+    for arg in args:
+        if not isinstance(arg, str):
+            out.append(arg)
+            secret_flag = False
+            continue
+        if secret_flag and not arg.startswith("-"):
+            out.append(REDACTED)  # the value of `--token x`
+            secret_flag = False
+            continue
+        secret_flag = arg.startswith("-") and "=" not in arg and bool(names.search(arg))
+        out.append(redact_text(arg, rules))
+    return out
+
+
+def _redact_map(metadata: dict, key: str, drop: tuple[str, ...], redact: tuple[str, ...],
+                names: re.Pattern[str], rules: RedactionConfig) -> None:
     values = metadata.get(key)
     if not isinstance(values, dict):
         return
     for name in drop:
         values.pop(name, None)
-    for name in redact:
-        if name in values:
+    for name, value in values.items():
+        if name in redact or names.search(name):
             values[name] = REDACTED
+        elif isinstance(value, str):
+            values[name] = redact_text(value, rules)
 
 
-def _redact_env(env: Any) -> None:
+def _redact_env(env: Any, all_values: bool, names: re.Pattern[str]) -> None:
     for var in env or ():
         # valueFrom only names a Secret or ConfigMap key; the value itself is what leaks.
-        if isinstance(var, dict) and var.get("value") not in (None, ""):
+        if not isinstance(var, dict) or var.get("value") in (None, ""):
+            continue
+        if all_values or names.search(str(var.get("name") or "")):
             var["value"] = REDACTED
 
 
 def needs_redaction(raw: bytes, rules: RedactionConfig) -> bool:
-    """Cheap byte test so unchanged Node objects are hashed without a decode/encode."""
+    """Cheap byte test so unchanged Node objects are hashed without a decode/encode.
+
+    Conservative: true whenever a listed name, a secret-like name, or an env list appears
+    anywhere in the bytes.
+    """
     names = rules.drop_annotations + rules.redact_annotations + rules.redact_labels
     if any(name.encode() in raw for name in names):
         return True
-    return rules.env_values and b'"env"' in raw
+    if _names_bytes(rules.name_patterns).search(raw):
+        return True
+    return b'"env"' in raw or b'"args"' in raw or b'"command"' in raw or b"://" in raw

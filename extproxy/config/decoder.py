@@ -336,13 +336,21 @@ class _Decoder:
         )
 
     def redaction(self, value: Any) -> RedactionConfig:
-        value = self.mapping(value, "redaction", ("envValues", "dropAnnotations", "redactAnnotations", "redactLabels"))
+        value = self.mapping(value, "redaction", ("envValues", "dropAnnotations", "redactAnnotations", "redactLabels",
+                                                  "namePatterns"))
         d = RedactionConfig()
+        patterns = self.strings(value.get("namePatterns"), "redaction.namePatterns", d.name_patterns)
+        for i, pattern in enumerate(patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise self.error(f"redaction.namePatterns[{i}]", f"not a regular expression: {exc}") from None
         return RedactionConfig(
             env_values=self.boolean(value.get("envValues"), "redaction.envValues", d.env_values),
             drop_annotations=self.strings(value.get("dropAnnotations"), "redaction.dropAnnotations", d.drop_annotations),
             redact_annotations=self.strings(value.get("redactAnnotations"), "redaction.redactAnnotations"),
             redact_labels=self.strings(value.get("redactLabels"), "redaction.redactLabels"),
+            name_patterns=patterns,
         )
 
     def retention(self, value: Any) -> RetentionConfig:

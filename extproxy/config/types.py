@@ -125,12 +125,22 @@ class RecordingConfig:
     max_body_bytes: int = 64 * 1024 * 1024
 
 
+# Names that say "this holds a secret" (regular expressions, searched case-insensitively) in env
+# variable names, container argument flags, annotation and label keys, and key=value text.
+SECRET_NAME_PATTERNS: tuple[str, ...] = (
+    r"passw(or)?d", r"secret", r"token", r"api[-_.]?key", r"private[-_.]?key",
+    r"access[-_.]?key", r"credential", r"authorization", r"bearer", r"connection[-_.]?string",
+    r"database[-_.]?url", r"dsn", r"session[-_.]?(id|key)",
+)
+
+
 @dataclass(frozen=True)
 class RedactionConfig:
     env_values: bool = True
     drop_annotations: tuple[str, ...] = ("kubectl.kubernetes.io/last-applied-configuration",)
     redact_annotations: tuple[str, ...] = ()
     redact_labels: tuple[str, ...] = ()
+    name_patterns: tuple[str, ...] = SECRET_NAME_PATTERNS
 
 
 @dataclass(frozen=True)

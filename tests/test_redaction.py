@@ -1,0 +1,130 @@
+"""Redaction by pattern: env names, container args, annotations, labels, and error texts, in
+unit tables and end to end (a real proxy and backend; what is stored and what the API shows)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from extproxy.config import RedactionConfig
+from extproxy.redaction import REDACTED, redact_args, redact_object, redact_text
+from tests.conftest import fixture_bytes, pass_all, reply
+from tests.test_per_backend import FILTER_NAMES, config_for, only_call, post
+
+RULES = RedactionConfig()
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--db-password=hunter2", "--port=5432"], [f"--db-password={REDACTED}", "--port=5432"]),
+        (["--token", "abc123", "--verbose"], ["--token", REDACTED, "--verbose"]),
+        (["-api-key", "k"], ["-api-key", REDACTED]),
+        (["--token", "--next-flag"], ["--token", "--next-flag"]),  # a flag, not a value
+        (["sh", "-c", "export DB_PASSWORD=hunter2 && run"], ["sh", "-c", f"export DB_PASSWORD={REDACTED} && run"]),
+        (["serve", "--listen=:8080"], ["serve", "--listen=:8080"]),
+        (["--dsn", "postgres://app:pw@db/x"], ["--dsn", REDACTED]),
+        (["--url=postgres://app:pw@db/x"], [f"--url=postgres://app:{REDACTED}@db/x"]),
+    ],
+)
+def test_it_redacts_secret_values_in_container_args(args, expected):
+    assert redact_args(args, RULES) == expected
+
+
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        ("backend said: --db-password=hunter2 rejected", "hunter2"),
+        ('{"env":[{"name":"PLAIN","value":"hunter2"}]}', "hunter2"),  # envValues: every env value
+        ('{"vault.example.com/token": "s.hunter2"}', "s.hunter2"),
+        ("Authorization: Bearer abcdefghij0123", "abcdefghij0123"),
+        ("curl -H 'Authorization: Token 0123456789abcdef'", "0123456789abcdef"),
+        ("connect postgresql://app:hunter2@db:5432/x failed", "hunter2"),
+        ("GET /ws/live/?token=deadbeef00&x=1", "deadbeef00"),
+        ("X-Api-Key: hunter2", "hunter2"),
+    ],
+)
+def test_it_redacts_secrets_in_free_text(text, secret):
+    redacted = redact_text(text, RULES)
+    assert secret not in redacted and REDACTED in redacted
+
+
+def test_it_leaves_ordinary_text_alone():
+    text = 'extproxy: backend gpu: node-3 failed: Insufficient nvidia.com/gpu (want 2, have 1); key=zone'
+    assert redact_text(text, RULES) == text
+
+
+def test_it_redacts_env_annotations_and_labels_by_pattern():
+    rules = RedactionConfig(env_values=False, redact_labels=("owner",))
+    pod = {
+        "metadata": {
+            "annotations": {"vault.example.com/token": "s.x", "team": "ml", "backup-url": "s3://k:hunter2@bucket"},
+            "labels": {"app": "trainer", "api-key-hash": "abc", "owner": "alice"},
+        },
+        "spec": {"containers": [{"env": [{"name": "LOG_LEVEL", "value": "debug"}, {"name": "DB_PASSWORD", "value": "x"}],
+                                 "args": ["--client-secret=x"]}],
+                 "initContainers": [{"command": ["init", "--token", "x"]}]},
+    }
+
+    redact_object(pod, rules)
+
+    assert pod["metadata"]["annotations"] == {"vault.example.com/token": REDACTED, "team": "ml",
+                                              "backup-url": f"s3://k:{REDACTED}@bucket"}
+    assert pod["metadata"]["labels"] == {"app": "trainer", "api-key-hash": REDACTED, "owner": REDACTED}
+    assert pod["spec"]["containers"][0]["env"] == [{"name": "LOG_LEVEL", "value": "debug"},
+                                                   {"name": "DB_PASSWORD", "value": REDACTED}]
+    assert pod["spec"]["containers"][0]["args"] == [f"--client-secret={REDACTED}"]
+    assert pod["spec"]["initContainers"][0]["command"] == ["init", "--token", REDACTED]
+
+
+def test_it_takes_name_patterns_from_the_configuration_file(write_config):
+    from extproxy.config import ConfigError, load_config
+
+    config = load_config(write_config({"backends": [{"name": "b", "policy": "p"}], "policies": {"p": {"rules": []}},
+                                       "redaction": {"namePatterns": ["^x-internal-"]}}))
+    assert config.redaction.name_patterns == ("^x-internal-",)
+    with pytest.raises(ConfigError, match=r"redaction\.namePatterns\[0\].*regular expression"):
+        load_config(write_config({"backends": [{"name": "b", "policy": "p"}], "policies": {"p": {"rules": []}},
+                                  "redaction": {"namePatterns": ["("]}}, name="bad.yaml"))
+
+
+def secret_pod_request() -> bytes:
+    request = json.loads(fixture_bytes(FILTER_NAMES))
+    pod = request["Pod"]
+    pod["metadata"].setdefault("annotations", {})["vault.example.com/token"] = "s.hunter2-annotation"
+    pod["metadata"].setdefault("labels", {})["session-token"] = "hunter2-label"
+    pod["spec"]["containers"][0]["args"] = ["--db-password=hunter2-arg", "--token", "hunter2-next-arg"]
+    return json.dumps(request).encode()
+
+
+def test_it_stores_a_pod_with_args_annotations_and_labels_redacted(backend_server, proxy, write_config, admin_client):
+    from extproxy.models import Call
+    from extproxy.recorder import decompress
+
+    backend = backend_server({"filter": pass_all})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+
+    assert post(server, "/extender/gpu/filter", secret_pod_request()).status_code == 200
+    only_call(admin_client, server)
+
+    stored = decompress(bytes(Call.objects.get().request_body))
+    assert b"hunter2" not in stored
+    assert b"--db-password=[redacted]" in stored and b"vault.example.com/token" in stored
+    assert b"hunter2" in backend.received[0][1]  # the backend itself got the pod as it was
+
+
+def test_it_redacts_a_backends_error_body_before_storing_and_streaming(backend_server, proxy, write_config, admin_client):
+    from extproxy.models import Call
+
+    echo = 'invalid pod: env DB_PASSWORD=hunter2-env, {"name":"API_TOKEN","value":"hunter2-json"}, Bearer hunter2-bearer-xyz'
+    backend = backend_server({"filter": reply(500, echo, "text/plain")})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+    published: list = []
+    server.recorder.publisher = published.extend
+
+    assert post(server, "/extender/gpu/filter", fixture_bytes(FILTER_NAMES)).status_code == 500
+    call = only_call(admin_client, server)
+
+    assert call["outcome"] == "error" and "invalid pod" in call["error"] and "hunter2" not in call["error"]
+    assert "hunter2" not in Call.objects.get().error
+    assert published and all("hunter2" not in json.dumps(summary) for summary in published)
