@@ -25,6 +25,7 @@ import msgspec
 from . import kube, protocol, semantics
 from .backends import Backend, Exchange
 from .backends.base import now, trace_of
+from .bindguard import BindGuard
 from .config import BackendConfig
 from .nodecache import NodeCache
 from .podmemory import PodMemory
@@ -40,6 +41,7 @@ class Combined:
         self.configs = [b.config for b in backends.values()]
         self.parallel_filter = parallel_filter
         self.pods = PodMemory()  # from filter/prioritize, for the bind's interest check
+        self.bindable = BindGuard()  # the pods and nodes extproxy may bind through the API
         self._node_cache: NodeCache | None = None
         self._verbs: dict[Verb, Callable[[bytes], Awaitable[Handled]]] = {
             Verb.FILTER: self.filter, Verb.PRIORITIZE: self.prioritize, Verb.BIND: self.bind, Verb.PREEMPT: self.preempt,
@@ -116,6 +118,7 @@ class Combined:
             result = chain.result()
         if result.error:
             return Reply(200, protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error)), children
+        self.bindable.allow(*_uid_ns_name(args.pod), result.passed)
         if not args.names_mode and result.items is not None:
             # Full mode: the objects the scheduler would now hold, returned ones included.
             return Reply(200, protocol.join_filter_result(None, result.items, result.failed, result.unresolvable)), children
@@ -137,6 +140,7 @@ class Combined:
         args = protocol.split_extender_args(body)
         self.pods.remember(args.pod)
         feasible = args.node_names
+        self.bindable.allow(*_uid_ns_name(args.pod), feasible)
         backends = semantics.interested(self.configs, args.pod, Verb.PRIORITIZE)
         requests = [self.args_for(c, args, feasible, args.items, body) for c in backends]
         exchanges = await asyncio.gather(*(self.exchange(c, Verb.PRIORITIZE, r) for c, r in zip(backends, requests)))
@@ -155,6 +159,8 @@ class Combined:
 
     async def bind(self, body: bytes) -> Handled:
         args = protocol.decode_binding_args(body)
+        if not (args.pod_name and args.pod_namespace and args.node):
+            raise protocol.ProtocolError("ExtenderBindingArgs needs PodName, PodNamespace and Node")
         pod = self.pods.get(args.pod_uid)
         binder = self._binder(pod)
         children: list[Trace] = []
@@ -169,11 +175,16 @@ class Combined:
                 return self._bound(""), children
             if what == "error":
                 return self._bound(semantics.reply_error_text(verdict, exchange.error)), children
-        # No interested binder, or an ignorable one failed: what the scheduler's DefaultBinder does.
+        # No interested binder, or an ignorable one failed: what the scheduler's DefaultBinder does,
+        # with extproxy's own credentials, so only for a pod it saw and a node that passed.
+        refusal = self.bindable.refusal(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
+        if refusal is not None:
+            return self._bound(semantics.go_format_safe(refusal)), children
         try:
             await asyncio.to_thread(kube.bind_pod, args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except kube.KubeError as exc:
             return self._bound(semantics.go_format_safe(str(exc))), children
+        self.bindable.forget(args.pod_uid)
         return self._bound(""), children
 
     @staticmethod
@@ -229,3 +240,8 @@ class Combined:
                 return f"no full Pod for victim {missing[0]} (register the proxy with nodeCacheCapable: false)"
             full[node] = protocol.Victims([pods_by_uid[uid] for uid in mv.pods], mv.num_pdb_violations)
         return protocol.encode_preemption_args(protocol.PreemptionArgs(pod, full, None))
+
+
+def _uid_ns_name(pod: dict) -> tuple[str, str, str]:
+    namespace, name, uid = protocol.pod_identity(pod)
+    return uid, namespace, name

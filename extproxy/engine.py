@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import AsyncGenerator
 
+import msgspec
 from django.conf import settings
 
 from . import metrics, offload, protocol, semantics
@@ -27,9 +28,14 @@ from .combined import Combined
 from .config import ProxyConfig, load_config
 from .policies import default_policy, parse_policy
 from .protocol import Reply, Verb
+from .ratelog import RateLimitedLog
 from .recorder import Recorder, Trace
 
 log = logging.getLogger(__name__)
+_ratelog = RateLimitedLog(log)
+
+# What a malformed request raises while it is decoded: answered 400, never a traceback.
+BAD_INPUT = (protocol.ProtocolError, msgspec.DecodeError, RecursionError, UnicodeDecodeError)
 
 
 @dataclass(slots=True)
@@ -108,10 +114,13 @@ class Engine:
         started = now()
         try:
             reply, children = await self._combined.call(verb, body)
-        except protocol.ProtocolError as exc:
-            reply, children = self._failure(verb, f"bad request: {exc}"), []
+        except BAD_INPUT as exc:  # the request itself: 400 with the reason, one log line per interval
+            reason = str(exc) if isinstance(exc, protocol.ProtocolError) else f"{type(exc).__name__}: {exc}"
+            _ratelog.emit(logging.WARNING, f"bad-{verb}-{type(exc).__name__}", "combined %s: bad request: %s", verb, reason)
+            failure = self._failure(verb, f"bad request: {reason}")
+            reply, children = Reply(400, failure.body, failure.content_type), []
         except Exception as exc:  # a bug must cost one call, never the process or its record
-            log.exception("combined %s failed", verb)
+            _ratelog.emit(logging.ERROR, f"bug-{verb}-{type(exc).__name__}", "combined %s failed", verb, exc_info=True)
             reply, children = self._failure(verb, f"internal error: {type(exc).__name__}: {exc}"), []
         self.recorder.submit(
             Trace(

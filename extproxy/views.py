@@ -4,7 +4,8 @@
 machinery on purpose: no middleware, no CSRF check (the scheduler sends no token), no
 APPEND_SLASH redirect (the Go client would turn it into a body-less GET), no thread hop. The
 body is read once, bounded by EXTPROXY_MAX_BODY_BYTES (413 above it, checked on
-Content-Length before reading and while reading). Every refusal is a 4xx with a reason.
+Content-Length before reading and while reading) and by EXTPROXY_BODY_TIMEOUT (408 when the
+whole body has not arrived in time). Every refusal is a 4xx with a reason.
 """
 from __future__ import annotations
 
@@ -31,10 +32,25 @@ class BodyTooLarge(Exception):
     pass
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+class BodyTimeout(Exception):
+    pass
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int, timeout: float | None = None) -> bytes:
+    """The whole body; BodyTooLarge above `limit`, BodyTimeout when it takes over `timeout` s."""
     for name, value in scope.get("headers", ()):
         if name == b"content-length" and value.isdigit() and int(value) > limit:
             raise BodyTooLarge
+    if timeout is None:
+        return await _read_chunks(receive, limit)
+    try:
+        async with asyncio.timeout(timeout):  # a client that dribbles its body holds memory
+            return await _read_chunks(receive, limit)
+    except TimeoutError:
+        raise BodyTimeout from None
+
+
+async def _read_chunks(receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -141,10 +157,13 @@ async def body_or_refusal(scope: Scope, receive: Receive, send: Send) -> bytes |
     from django.conf import settings
 
     limit = settings.EXTPROXY_MAX_BODY_BYTES
+    timeout = settings.EXTPROXY_BODY_TIMEOUT
     try:
-        return await read_body(scope, receive, limit)
+        return await read_body(scope, receive, limit, timeout)
     except BodyTooLarge:
         await respond(send, too_large(limit))
+    except BodyTimeout:
+        await respond(send, refusal(408, f"request body not received within {timeout:g}s (EXTPROXY_BODY_TIMEOUT)", "body-timeout"))
     except ConnectionError:
         pass
     return None

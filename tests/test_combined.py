@@ -300,6 +300,38 @@ def test_it_binds_through_the_api_when_the_binder_is_not_interested(
         api.close()
 
 
+def test_it_binds_through_the_api_only_a_seen_pod_to_a_node_that_passed(
+    backend_server, proxy, write_config, tmp_path, monkeypatch
+):
+    api = FakeAPIServer()
+    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", api.httpd.server_address[1]))
+    kube.reset()
+    try:
+        a = backend_server({"filter": failing({"node-02": "no GPU"})})
+        server = proxy(write_config({"backends": [backend("a", a, filterVerb="filter", nodeCacheCapable=True)]}))
+        bind = fixture_json("bind-request.json")
+        # The report: anyone reaching the port asked extproxy to bind a pod it never saw.
+        victim = {"PodName": "victim-pod", "PodNamespace": "kube-system", "PodUID": "1234", "Node": "attacker-node"}
+
+        unseen = post(server, "bind", json.dumps(victim).encode())
+        before_filter = post(server, "bind", json.dumps(bind).encode())
+        post(server, "filter", fixture_bytes(NAMES))
+        failed_node = post(server, "bind", json.dumps(dict(bind, Node="node-02")).encode())
+        unknown_node = post(server, "bind", json.dumps(dict(bind, Node="attacker-node")).encode())
+        assert api.received == []
+        passed = post(server, "bind", json.dumps(bind).encode())
+
+        assert "not seen in a filter or prioritize call" in unseen.json()["Error"]
+        assert "not seen in a filter or prioritize call" in before_filter.json()["Error"]
+        assert "node-02" in failed_node.json()["Error"] and "did not pass" in failed_node.json()["Error"]
+        assert "attacker-node" in unknown_node.json()["Error"]
+        assert passed.json() == {"Error": ""} and len(api.received) == 1
+        assert post(server, "bind", json.dumps(victim | {"PodName": ""}).encode()).status_code == 400
+    finally:
+        kube.reset()
+        api.close()
+
+
 @pytest.mark.parametrize("ignorable, expect_api", [(True, True), (False, False)])
 def test_it_falls_through_to_the_default_binder_only_for_an_ignorable_binder(
     backend_server, proxy, write_config, tmp_path, monkeypatch, ignorable, expect_api
@@ -310,6 +342,7 @@ def test_it_falls_through_to_the_default_binder_only_for_an_ignorable_binder(
     try:
         a = backend_server({"bind": reply(200, {"Error": "node went away"})})
         server = proxy(write_config({"backends": [backend("a", a, bindVerb="bind", ignorable=ignorable)]}))
+        assert post(server, "prioritize", fixture_bytes(NAMES)).status_code == 200  # the pod is seen, node-01 passed
 
         result = post(server, "bind", fixture_bytes("bind-request.json")).json()
 
@@ -361,13 +394,13 @@ def test_it_ends_preemption_in_error_on_a_victim_it_was_not_given(backend_server
     assert response.status_code == 502 and "not-a-victim" in response.text
 
 
-def test_it_answers_a_bad_combined_request_in_the_error_field(backend_server, proxy, write_config):
+def test_it_answers_a_bad_combined_request_with_400_and_the_reason(backend_server, proxy, write_config):
     a = backend_server({"filter": pass_all})
     server = proxy(write_config({"backends": [backend("a", a, filterVerb="filter")]}))
 
     response = post(server, "filter", b'{"Pod": 1}')
 
-    assert response.status_code == 200 and "bad request" in response.json()["Error"] and a.received == []
+    assert response.status_code == 400 and "bad request" in response.json()["Error"] and a.received == []
 
 
 def test_it_answers_and_records_even_when_the_combined_form_breaks(

@@ -128,10 +128,17 @@ def test_it_answers_a_bad_request_in_the_protocols_error_field(proxy, write_conf
     assert response.status_code == 200 and response.json()["Error"].startswith("bad request")
 
 
+def filter_first(server) -> list[str]:
+    """The scheduler's filter call before a bind: the nodes that passed for the fixture's pod."""
+    result = post(server, "filter", fixture_bytes("filter-request.nodecache-false.json")).json()
+    return [n["metadata"]["name"] for n in result["Nodes"]["items"]]
+
+
 def test_it_binds_through_the_kubernetes_api(proxy, write_config, api_server, admin_client):
     api = api_server()
     server = proxy(write_config(POLICY_CONFIG))
     bind = fixture_json("bind-request.json")
+    assert bind["Node"] in filter_first(server)
 
     response = post(server, "bind", json.dumps(bind).encode())
 
@@ -145,6 +152,7 @@ def test_it_binds_through_the_kubernetes_api(proxy, write_config, api_server, ad
 def test_it_reports_a_refused_binding_in_error(proxy, write_config, api_server, admin_client):
     api_server(status=409)
     server = proxy(write_config(POLICY_CONFIG))
+    filter_first(server)
 
     response = post(server, "bind", fixture_bytes("bind-request.json"))
 
@@ -152,6 +160,30 @@ def test_it_reports_a_refused_binding_in_error(proxy, write_config, api_server, 
     server.flush()
     call = admin_client.get(server.url + "/api/calls/").json()["results"][0]
     assert call["verb"] == "bind" and call["outcome"] == "error" and "409" in call["error"]
+
+
+def test_it_refuses_to_bind_a_pod_it_did_not_see_or_to_a_node_that_did_not_pass(
+    proxy, write_config, api_server, admin_client
+):
+    api = api_server()
+    server = proxy(write_config(POLICY_CONFIG))
+    bind = fixture_json("bind-request.json")
+    victim = dict(bind, PodName="victim-pod", PodNamespace="kube-system", PodUID="0000", Node="attacker-node")
+
+    unseen = post(server, "bind", json.dumps(victim).encode())
+    passed = filter_first(server)
+    failed_node = post(server, "bind", json.dumps(dict(bind, Node="node-04")).encode())
+    other_pod_same_uid = post(server, "bind", json.dumps(dict(bind, PodName="victim-pod")).encode())
+
+    assert "node-04" not in passed
+    assert unseen.status_code == 200 and "not seen in a filter or prioritize call" in unseen.json()["Error"]
+    assert failed_node.status_code == 200 and "node-04" in failed_node.json()["Error"]
+    assert "did not pass" in failed_node.json()["Error"]
+    assert "not seen" in other_pod_same_uid.json()["Error"]
+    assert api.received == []  # nothing reached the Kubernetes API
+    server.flush()
+    calls = admin_client.get(server.url + "/api/calls/?verb=bind").json()["results"]
+    assert len(calls) == 3 and all(c["outcome"] == "error" and "refusing to bind" in c["error"] for c in calls)
 
 
 def test_it_keeps_only_nodes_preemption_can_help(proxy, write_config):

@@ -4,7 +4,7 @@ Filter and prioritize need full Node objects (nodeCacheCapable: false, the defau
 policy backend); registered with names only, filter fails with a clear Error (a node cache
 from the Kubernetes API comes with the combined form). Bind goes
 through the Kubernetes API (pods/binding) in a worker thread and is entered in the policy's
-ledger. The policy's own errors never escape: a bad request is the protocol's error answer.
+ledger; only for a pod this backend saw in filter or prioritize, to a node that passed (bindguard). The policy's own errors never escape: a bad request is the protocol's error answer.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import logging
 
 from .. import kube, protocol
 from ..config import BackendConfig
+from ..bindguard import BindGuard
 from ..podmemory import PodMemory
 from ..policies import Policy
 from ..protocol import Verb
@@ -28,6 +29,7 @@ class PolicyBackend(Backend):
         super().__init__(config)
         self.policy = policy
         self.pods = PodMemory()  # between filter and bind, for the ledger
+        self.bindable = BindGuard()  # binding uses extproxy's credentials: only pods and nodes it passed
 
     async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
         started = now()
@@ -62,6 +64,8 @@ class PolicyBackend(Backend):
         passed = set(outcome.passed)
         # Hand back the scheduler's own objects, unchanged (reference 5.5).
         kept = [n for n in args.nodes if (n.get("metadata") or {}).get("name") in passed]
+        namespace, name, uid = protocol.pod_identity(args.pod)
+        self.bindable.allow(uid, namespace, name, outcome.passed)
         return protocol.encode_filter_result(
             protocol.FilterResult(kept, None, outcome.failed, outcome.unresolvable, "")
         )
@@ -70,6 +74,8 @@ class PolicyBackend(Backend):
         args = protocol.decode_extender_args(body)
         if args.nodes is None:
             return protocol.encode_host_priority_list([])
+        namespace, name, uid = protocol.pod_identity(args.pod)
+        self.bindable.allow(uid, namespace, name, [(n.get("metadata") or {}).get("name") or "" for n in args.nodes])
         scores = self.policy.prioritize(args.pod, args.nodes)
         return protocol.encode_host_priority_list([protocol.HostPriority(h, s) for h, s in scores.items()])
 
@@ -92,10 +98,14 @@ class PolicyBackend(Backend):
 
     async def _bind(self, body: bytes) -> bytes:
         args = protocol.decode_binding_args(body)
+        refusal = self.bindable.refusal(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
+        if refusal is not None:
+            return protocol.encode_binding_result(protocol.BindingResult(error=go_format_safe(refusal)))
         try:
             await asyncio.to_thread(kube.bind_pod, args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except kube.KubeError as exc:
             return protocol.encode_binding_result(protocol.BindingResult(error=go_format_safe(str(exc))))
+        self.bindable.forget(args.pod_uid)
         pod = self.pods.pop(args.pod_uid)
         if pod is not None:
             self.policy.record_binding(pod, args.node)
