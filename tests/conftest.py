@@ -20,6 +20,8 @@ from typing import Any, Callable
 import pytest
 
 os.environ.setdefault("EXTPROXY_SKIP_CONFIG_CHECK", "1")
+# Throttle counters of this run apart from any other run's on a shared Redis (EXTPROXY_REDIS_URL).
+os.environ.setdefault("EXTPROXY_CACHE_PREFIX", f"extproxy-test-{os.getpid()}")
 os.environ.setdefault(
     "EXTPROXY_TEST_SQLITE_PATH", str(Path(tempfile.gettempdir()) / f"extproxy-test-{os.getpid()}.sqlite3")
 )
@@ -237,3 +239,47 @@ def write_kubeconfig(path, port: int) -> str:
         "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
     )
     return str(path)
+
+
+# --- PostgreSQL and Redis (tests/services.py) ------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server URL without a database: DATABASE_URL's server, or a throwaway one."""
+    from tests.services import ThrowawayPostgres, server_part
+
+    if os.environ.get("DATABASE_URL"):
+        yield server_part(os.environ["DATABASE_URL"])
+        return
+    server = ThrowawayPostgres()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """A fresh, uniquely named database on that server, dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"extproxy_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(f"{postgres_server}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"{postgres_server}/{name}"
+    with psycopg.connect(f"{postgres_server}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """EXTPROXY_REDIS_URL, or a throwaway redis-server for the session."""
+    from tests.services import ThrowawayRedis
+
+    if os.environ.get("EXTPROXY_REDIS_URL"):
+        yield os.environ["EXTPROXY_REDIS_URL"]
+        return
+    server = ThrowawayRedis()
+    yield server.url
+    server.stop()

@@ -79,3 +79,36 @@ def test_it_refuses_to_start_the_server_on_a_bad_configuration(tmp_path):
                             env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "only one extender can implement bind" in result.stderr and "bindVerb" in result.stderr
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_it_bootstraps_two_replicas_starting_together(database, tmp_path, request):
+    """Two `bootstrap --migrate` at once on a fresh database: both succeed, one admin, one set of
+    backends (before the start lock, the second died of IntegrityError on auth_user)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EXTPROXY_", "DATABASE_URL"))}
+    env.update(DJANGO_SETTINGS_MODULE="extproxy.settings", EXTPROXY_DATA_DIR=str(tmp_path))
+    if database == "postgresql":
+        env["DATABASE_URL"] = request.getfixturevalue("postgres_url")
+    root = Path(__file__).resolve().parent.parent
+    processes = [
+        subprocess.Popen([sys.executable, "manage.py", "bootstrap", "--migrate"], cwd=root, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=240) for p in processes]
+
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    printed = [out for out, _ in outputs if "created user admin with password" in out]
+    assert len(printed) == 1  # the random password is made and shown once
+    check = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.contrib.auth.models import User; "
+         "from extproxy.models import ConfiguredBackend; "
+         "print(User.objects.filter(username='admin').count(), ConfiguredBackend.objects.count())"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert check.stdout.split() == ["1", "1"], check.stderr

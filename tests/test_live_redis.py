@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,29 +17,11 @@ from tests.conftest import fixture_bytes, free_port, reply
 from tests.test_per_backend import config_for
 
 ROOT = Path(__file__).resolve().parent.parent
-PG = "postgresql://postgres@127.0.0.1:5432"
-REDIS = "redis://127.0.0.1:6379/7"
 
 
-# No skip: PostgreSQL and Redis run on this machine kind and in CI; without them this fails.
-
-
-
-@pytest.fixture
-def postgres_url():
-    import psycopg
-
-    name = f"extproxy_live_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG + "/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"{PG}/{name}"
-    with psycopg.connect(PG + "/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def server_env(database_url: str, config: str) -> dict:
+def server_env(database_url: str, redis_url: str, config: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EXTPROXY_", "DJANGO_"))}
-    env.update(DATABASE_URL=database_url, EXTPROXY_REDIS_URL=REDIS, EXTPROXY_CONFIG=config,
+    env.update(DATABASE_URL=database_url, EXTPROXY_REDIS_URL=redis_url, EXTPROXY_CONFIG=config,
                EXTPROXY_ADMIN_PASSWORD="admin-pw", DJANGO_SETTINGS_MODULE="extproxy.settings")
     return env
 
@@ -96,11 +77,11 @@ async def watch_for(url: str, token: str, pod: str, trigger) -> dict:
     raise AssertionError("the call never arrived on the other process's websocket")
 
 
-def test_it_streams_a_call_served_by_one_process_to_a_client_of_another(backend_server, postgres_url, tmp_path):
+def test_it_streams_a_call_served_by_one_process_to_a_client_of_another(backend_server, postgres_url, redis_url, tmp_path):
     backend = backend_server({"filter": reply(200, fixture_bytes("filter-result.nodecache-true.json"))})
     config = tmp_path / "extproxy.json"
     config.write_text(json.dumps(config_for(backend.url, nodeCacheCapable=True)))
-    env = server_env(postgres_url, str(config))
+    env = server_env(postgres_url, redis_url, str(config))
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "bootstrap")
     servers: list[Server] = []

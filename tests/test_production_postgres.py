@@ -1,4 +1,5 @@
-"""The production storage for real: a server process on PostgreSQL (127.0.0.1:5432).
+"""The production storage for real: a server process on PostgreSQL (DATABASE_URL's server, or a
+throwaway one: tests/services.py).
 
 The server runs as `make run` runs it (migrate, bootstrap, uvicorn), in its own process, on a
 fresh database that the test creates and drops.
@@ -9,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import psycopg
@@ -19,17 +19,6 @@ import requests
 from tests.conftest import fixture_bytes, free_port, pass_all, reply
 
 ROOT = Path(__file__).resolve().parent.parent
-PG = "postgresql://postgres@127.0.0.1:5432"
-
-
-@pytest.fixture
-def postgres_db():
-    name = f"extproxy_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"{PG}/{name}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def start_server(env: dict[str, str], port: int) -> subprocess.Popen:
@@ -53,14 +42,14 @@ def start_server(env: dict[str, str], port: int) -> subprocess.Popen:
     raise AssertionError(output)
 
 
-def test_it_records_and_serves_calls_on_postgresql(postgres_db, backend_server, tmp_path):
+def test_it_records_and_serves_calls_on_postgresql(postgres_url, backend_server, tmp_path):
     backend = backend_server({"filter": pass_all, "bind": reply(200, {"Error": ""})})
     config = tmp_path / "extproxy.yaml"
     config.write_text(
         f"backends:\n- name: gpu\n  urlPrefix: {backend.url}/scheduler\n  filterVerb: filter\n"
         "  bindVerb: bind\n  nodeCacheCapable: true\n"
     )
-    env = dict(os.environ, DATABASE_URL=postgres_db, EXTPROXY_CONFIG=str(config), EXTPROXY_ADMIN_PASSWORD="s3cret")
+    env = dict(os.environ, DATABASE_URL=postgres_url, EXTPROXY_CONFIG=str(config), EXTPROXY_ADMIN_PASSWORD="s3cret")
     env.pop("EXTPROXY_SKIP_CONFIG_CHECK", None)
     port = free_port()
     process = start_server(env, port)
@@ -86,5 +75,5 @@ def test_it_records_and_serves_calls_on_postgresql(postgres_db, backend_server, 
         process.terminate()
         process.wait(15)
         process.stdout.close()
-    with psycopg.connect(postgres_db) as conn:
+    with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT count(*) FROM extproxy_call").fetchone()[0] == 21

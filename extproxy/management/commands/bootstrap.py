@@ -2,13 +2,21 @@
 
 With EXTPROXY_ADMIN_PASSWORD the user `admin` gets that password; without it, the first start
 creates `admin` with a random password and prints it once.
+
+Replicas start together: everything here (and the migrations, with --migrate) runs under one
+lock per database (a PostgreSQL advisory lock, or a file lock beside the SQLite file), so the
+second replica waits and then finds the admin and the backends already there.
 """
+import fcntl
 import os
 import secrets
+from contextlib import contextmanager
+from typing import Iterator
 
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import connection, transaction
 
 from extproxy.audit import Action, acting_as, audit
 from extproxy.config import ConfigError, load_config
@@ -18,15 +26,28 @@ from extproxy.models import ConfiguredBackend
 class Command(BaseCommand):
     help = "Ensure the admin user exists and mirror the configured backends."
 
+    def add_arguments(self, parser):
+        parser.add_argument("--migrate", action="store_true", help="apply migrations first, under the same lock")
+
     def handle(self, *args, **options):
-        with acting_as("bootstrap", "start-up"):
-            self.ensure_admin()
         from django.conf import settings
 
         try:
             config = load_config(settings.EXTPROXY_CONFIG or None)
         except ConfigError as exc:
             raise CommandError(f"bad configuration: {exc}") from exc
+        with start_lock():
+            if options["migrate"]:
+                call_command("migrate", "--noinput", verbosity=0)
+            with transaction.atomic():
+                with acting_as("bootstrap", "start-up"):
+                    self.ensure_admin()
+                self.mirror_backends(config)
+        audit(None, Action.CONFIG_LOADED, target=config.source, actor="bootstrap", source="start-up",
+              detail={"backends": [b.name for b in config.backends]})
+        self.stdout.write(f"extproxy: {len(config.backends)} backend(s) from {config.source}")
+
+    def mirror_backends(self, config):
         with transaction.atomic():
             ConfiguredBackend.objects.all().delete()
             ConfiguredBackend.objects.bulk_create(
@@ -49,9 +70,6 @@ class Command(BaseCommand):
                 )
                 for i, b in enumerate(config.backends)
             )
-        audit(None, Action.CONFIG_LOADED, target=config.source, actor="bootstrap", source="start-up",
-              detail={"backends": [b.name for b in config.backends]})
-        self.stdout.write(f"extproxy: {len(config.backends)} backend(s) from {config.source}")
 
     def ensure_admin(self):
         User = get_user_model()
@@ -68,3 +86,30 @@ class Command(BaseCommand):
             password = secrets.token_urlsafe(18)
             User.objects.create_superuser("admin", "", password)
             self.stdout.write(f"extproxy: created user admin with password {password} (shown once)")
+
+
+_LOCK_KEY = 0x65787470726F7879 & 0x7FFFFFFFFFFFFFFF  # "extproxy": one key for every replica
+
+
+@contextmanager
+def start_lock() -> Iterator[None]:
+    """Held while one process bootstraps; others wait for it."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [_LOCK_KEY])
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK_KEY])
+        return
+    path = str(connection.settings_dict["NAME"]) + ".bootstrap-lock"
+    if path.startswith(":memory:") or "mode=memory" in path:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
