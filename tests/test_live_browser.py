@@ -69,6 +69,17 @@ def shoot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+def wait_until(page, expression: str, timeout: float = 15.0) -> None:
+    """Poll an expression from outside the page: page.wait_for_function evaluates its string
+    with eval inside the page, which the dashboard's Content-Security-Policy forbids."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"not true within {timeout}s: {expression}"
+        page.wait_for_timeout(50)
+
+
 def test_it_shows_calls_live_and_explains_the_pod_in_a_browser(
     backend_server, proxy, write_config, viewer_login, browser_page
 ):
@@ -98,14 +109,14 @@ def test_it_shows_calls_live_and_explains_the_pod_in_a_browser(
 
     page.click("#pause")
     post(server.url, "/extender/gpu/filter", fixture_bytes("filter-request.nodecache-true.json"))
-    page.wait_for_function("document.getElementById('held-count').textContent === '1'")
+    wait_until(page, "document.getElementById('held-count').textContent === '1'")
     assert rows.count() == 3
     page.click("#pause")
-    page.wait_for_function("document.querySelectorAll('#calls tr').length === 4")
+    wait_until(page, "document.querySelectorAll('#calls tr').length === 4")
 
     page.fill("input[name=node]", "node-04")
     page.click("#filters button[type=submit]")
-    page.wait_for_function("document.querySelectorAll('#calls tr').length === 2")  # the two filters name node-04
+    wait_until(page, "document.querySelectorAll('#calls tr').length === 2")  # the two filters name node-04
     assert {rows.nth(i).locator("td").nth(1).inner_text() for i in range(2)} == {"filter"}
 
     # The first attempt (filter, prioritize, bind) in the pod view.
