@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from functools import wraps
 from typing import Callable
 
@@ -63,7 +64,8 @@ class FailedLoginThrottle(BaseThrottle):
     """DRF side of the same counts: refuses while the address or name is over the limit."""
 
     def allow_request(self, request, view) -> bool:
-        self._wait = retry_after(request, str(request.data.get("username", "")))
+        data = request.data if isinstance(request.data, Mapping) else {}  # a JSON list is a bad request, not a crash
+        self._wait = retry_after(request, str(data.get("username", "")))
         return self._wait is None
 
     def wait(self) -> float | None:

@@ -145,6 +145,12 @@ def test_it_throttles_the_token_endpoint_with_429(client, django_user_model, fre
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("body", ["[null, null]", '"admin"', "{\"username\": [1]}", "{"])
+def test_it_answers_a_malformed_token_request_with_400(client, fresh_throttles, body):
+    assert client.post("/api/auth/token/", body, content_type="application/json").status_code == 400
+
+
+@pytest.mark.django_db
 def test_it_bounds_token_requests_per_address_even_when_they_succeed(client, django_user_model, fresh_throttles):
     from rest_framework.throttling import ScopedRateThrottle
 
