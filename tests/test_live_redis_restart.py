@@ -13,7 +13,8 @@ import pytest
 import requests
 
 from tests.conftest import fixture_bytes, free_port, reply
-from tests.test_live_redis import Server, manage, postgres_url, server_env  # noqa: F401 (fixture)
+from tests.services import redis_server_binary
+from tests.test_live_redis import Server, manage, server_env
 from tests.test_per_backend import config_for
 
 
@@ -24,12 +25,20 @@ class RedisServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
-        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True, text=True).stdout.strip() != "PONG":
+        while not self.answers():
             assert time.monotonic() < deadline, "redis-server did not start"
             time.sleep(0.05)
+
+    def answers(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
+        except redis.ConnectionError:
+            return False
 
     def stop(self) -> None:
         if self.process is not None:
@@ -50,14 +59,13 @@ async def next_message(ws, timeout: float = 15.0) -> dict:
     return json.loads((await ws.receive(timeout=timeout)).data)
 
 
-def test_it_sends_reset_after_redis_comes_back(backend_server, postgres_url, redis_server, tmp_path):  # noqa: F811
+def test_it_sends_reset_after_redis_comes_back(backend_server, postgres_url, redis_server, tmp_path):
     import aiohttp
 
     backend = backend_server({"filter": reply(200, fixture_bytes("filter-result.nodecache-true.json"))})
     config = tmp_path / "extproxy.json"
     config.write_text(json.dumps(config_for(backend.url, nodeCacheCapable=True)))
-    env = server_env(postgres_url, str(config))
-    env["EXTPROXY_REDIS_URL"] = f"redis://127.0.0.1:{redis_server.port}/0"
+    env = server_env(postgres_url, f"redis://127.0.0.1:{redis_server.port}/0", str(config))
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "bootstrap")
     server = Server(env)
