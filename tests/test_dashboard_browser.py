@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.test_dashboard_traffic import BUSY, per_backend_attempt, scene  # noqa: F401 (fixture)
-from tests.test_live_browser import browser_page, shoot, viewer_login  # noqa: F401 (fixtures)
+from tests.test_live_browser import browser_page, shoot, viewer_login, wait_until  # noqa: F401 (fixtures)
 
 
 def log_in(page, base: str, login, path: str = "/") -> None:
@@ -43,7 +43,7 @@ def test_it_shows_each_attempt_its_chain_and_its_first_rejection_live(scene, vie
     bound.click()
     detail = page.locator("#attempts tr.attempt-detail")
     assert detail.locator("tbody tr").count() == 6 and "Bound to node-01" in detail.inner_text()
-    page.wait_for_function("document.getElementById('sum-pending').textContent === '1'", timeout=20_000)
+    wait_until(page, "document.getElementById('sum-pending').textContent === '1'", timeout=20)
     assert "flaky" in page.inner_text("#sum-backends")
     shoot(page, "feed-by-attempt")
 
@@ -53,7 +53,7 @@ def test_it_shows_each_attempt_its_chain_and_its_first_rejection_live(scene, vie
              "duration_ms": 1.0, "error": "", "node_count": 5, "passed_count": 5} for i in range(700)]
     page.evaluate("(calls) => window.__extproxyFeed.socket.onmessage({data: JSON.stringify("
                   "{type: 'calls/batch', payload: calls})})", fake)
-    page.wait_for_function("document.querySelectorAll('#attempts tr.attempt-row').length === 500")
+    wait_until(page, "document.querySelectorAll('#attempts tr.attempt-row').length === 500", timeout=30)
     assert page.evaluate("window.__extproxyFeed.attempts.size") == 500
 
 
