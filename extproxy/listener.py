@@ -23,7 +23,7 @@ import ssl as ssl_module
 import time
 from collections import deque
 from http import HTTPStatus
-from typing import Callable
+from typing import Any, Callable
 
 import httptools
 
@@ -47,6 +47,40 @@ def head_bytes(status: int, content_type: str, length: int | None, close: bool) 
     if close:
         head += b"Connection: close\r\n"
     return head + b"\r\n"
+
+
+class RouteCache:
+    """Routed extender URLs of the current engine (the scheduler calls a handful, over and over).
+
+    Only successful routes are kept (a refusal is counted each time); at most `size`, and
+    forgotten when the engine is replaced (configuration reload, tests).
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._engine: object = None
+        self._routes: dict[bytes, tuple[Callable, Any]] = {}
+
+    def get(self, url: bytes) -> tuple[Callable, Any] | None:
+        if self._engine is not get_engine():
+            return None
+        return self._routes.get(url)
+
+    def resolve(self, url: bytes, path: str) -> tuple[Callable, Any] | Answer:
+        engine = get_engine()
+        routed = route(engine, path)
+        if isinstance(routed, Answer):
+            return routed
+        name, verb, call = routed
+        entry = (call, metrics.REQUEST_DURATION.labels(name, verb))
+        if self._engine is not engine:
+            self._engine, self._routes = engine, {}
+        if len(self._routes) < self._size:
+            self._routes[url] = entry
+        return entry
+
+
+_routes = RouteCache()
 
 
 class ExtenderProtocol(asyncio.Protocol):
@@ -176,20 +210,22 @@ class ExtenderProtocol(asyncio.Protocol):
 
     async def _one(self, method: bytes, url: bytes, body: bytes, keep_alive: bool) -> None:
         started = time.perf_counter()
-        path = url.partition(b"?")[0].decode("latin-1")
-        if not path.startswith(PREFIX):
-            await self._answer(refusal(404, f"this port serves only {PREFIX}...: {path}", "path"), keep_alive)
-            return
-        routed = route(get_engine(), path)
+        routed: tuple[Callable, Any] | Answer | None = _routes.get(url)
+        if routed is None:
+            path = url.partition(b"?")[0].decode("latin-1")
+            if not path.startswith(PREFIX):
+                await self._answer(refusal(404, f"this port serves only {PREFIX}...: {path}", "path"), keep_alive)
+                return
+            routed = _routes.resolve(url, path)
         if isinstance(routed, Answer):
             await self._answer(routed, keep_alive)
             return
         if method != b"POST":
             await self._answer(not_post(), keep_alive)
             return
-        name, verb, call = routed
+        call, duration = routed
         await self._answer(await call(body), keep_alive)
-        metrics.REQUEST_DURATION.labels(name, verb).observe(time.perf_counter() - started)
+        duration.observe(time.perf_counter() - started)
 
     async def _answer(self, answer: Answer, keep_alive: bool) -> None:
         transport = self.transport
