@@ -44,6 +44,8 @@ PROXY_CORE, BACKEND_CORE = (CORES[0], CORES[1]) if len(CORES) >= 2 else (CORES[0
 # Which port the proxied calls go to: the extender listener (listener.py, the hot path) or the
 # main port (uvicorn's ASGI stack, which also serves /extender/).
 PROXY_PORT_KIND = os.environ.get("BENCH_PORT", "extender")
+# BENCH_RECORDING=0: recording off, to see what serving alone costs (the targets are judged with it on).
+RECORDING = os.environ.get("BENCH_RECORDING", "1") != "0"
 
 from combined_bench import measure_combined, report_combined, start_proxy_factory
 
@@ -203,7 +205,7 @@ def write_config(path: Path, ref_port: int) -> None:
             {"name": "ref-names", **common, "nodeCacheCapable": True},
             {"name": "ref-full", **common, "nodeCacheCapable": False},
         ],
-        "recording": {"enabled": True},
+        "recording": {"enabled": RECORDING},
     }
     path.write_text(json.dumps(config, indent=2))
 
@@ -316,6 +318,8 @@ class Bench:
 
     async def drain(self, timeout: float = 90.0) -> tuple[int, float]:
         """Wait until every proxied call is written (or dropped); returns (recorded, dropped)."""
+        if not RECORDING:
+            return 0, 0.0
         deadline = time.monotonic() + timeout
         last_metrics = 0.0
         dropped = 0.0
@@ -386,7 +390,8 @@ def ms(v: float) -> str:
 
 def report(cells: list[Cell], recorded: int, proxied: int, dropped: float, rss: tuple[int, int], ref_rss: tuple[int, int], elapsed: float) -> None:
     print()
-    print("extproxy benchmark: filter, direct (client -> reference extender) vs through extproxy (recording on)")
+    print(f"extproxy benchmark: filter, direct (client -> reference extender) vs through extproxy "
+          f"(recording {'on' if RECORDING else 'OFF'})")
     print(f"latency in ms; throughput in calls/s; ratio = proxy / direct; {os.cpu_count()} CPUs; total run {elapsed:.0f}s")
     print(f"proxied calls to the {PROXY_PORT_KIND} port; "
           + (f"extproxy (whole process tree) and the load client pinned to core {PROXY_CORE}, the backend to core {BACKEND_CORE}"
