@@ -2,8 +2,9 @@
 
 `index_calls` is called by the recorder inside the batch's transaction, after the Call rows
 have their keys. One multi-row insert per batch through the cursor: a 5000-node call costs
-one tuple per node, not one ORM object. This module must not decide verdicts: it stores the
-decisions the recorder built.
+one tuple per node, not one ORM object. Off with EXTPROXY_NODE_INDEX=0 (what it costs the
+writer is in the README). This module must not decide verdicts: it stores the decisions the
+recorder built.
 """
 from __future__ import annotations
 
@@ -32,8 +33,12 @@ def rows_for(call_pk: int, decisions: Sequence[Decision], nodes: Iterable[str]) 
 
 def index_calls(entries: Iterable[tuple[int, Sequence[Decision], Iterable[str]]]) -> int:
     """Insert the index rows of (call pk, decisions, request node names) entries; returns rows."""
+    from django.conf import settings
+
     from .models import CallNode
 
+    if not settings.EXTPROXY_NODE_INDEX:
+        return 0
     table = connection.ops.quote_name(CallNode._meta.db_table)
     sql = f"INSERT INTO {table} (call_id, node, result) VALUES (%s, %s, %s)"
     rows: list[tuple[int, str, str]] = []

@@ -231,6 +231,10 @@ LOGGING = {
 # HMAC key signing export manifests. Unset: a random key generated once into DATA_DIR
 # (export-hmac.key). Several replicas must share one key: set it (from a Secret).
 EXTPROXY_EXPORT_KEY = os.environ.get("EXTPROXY_EXPORT_KEY", "")
+# The node index behind the API's `node` filter (models.CallNode), written with every call. It
+# costs the recorder's writer time (one row per node and verdict; bench figures in the README):
+# off, the `node` filter answers 400 saying so.
+EXTPROXY_NODE_INDEX = envbool("EXTPROXY_NODE_INDEX", True)
 
 # --- dashboard (issue 10) ----------------------------------------------------------------
 # Calls a live connection may fall behind by before it is sent a reset (and refetches).

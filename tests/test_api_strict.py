@@ -146,3 +146,14 @@ def test_it_filters_the_audit_trail(api):
     results = api.get("/api/audit/?action=export").json()["results"]
     assert [(e["actor"], e["target"]) for e in results] == [("audrey", "calls")]
     assert api.get("/api/audit/?since=soon").status_code == 400
+
+
+def test_it_says_the_node_filter_is_off_when_the_index_is(api, settings):
+    settings.EXTPROXY_NODE_INDEX = False
+    traffic()
+    from extproxy.models import CallNode
+
+    assert CallNode.objects.count() == 0  # the writer skipped it
+    response = api.get("/api/calls/?node=node-01")
+    assert response.status_code == 400 and "EXTPROXY_NODE_INDEX" in response.json()["node"][0]
+    assert len(api.get("/api/calls/").json()["results"]) == 7

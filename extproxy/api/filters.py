@@ -79,6 +79,10 @@ class CallFilter(df.FilterSet):
         if verdict and not node:
             raise ValidationError({"verdict": ["needs node: the verdict given to which node?"]})
         if node:
+            from django.conf import settings
+
+            if not settings.EXTPROXY_NODE_INDEX:
+                raise ValidationError({"node": ["the node index is off (EXTPROXY_NODE_INDEX=0): no node filter"]})
             index = CallNode.objects.filter(node=node)
             if verdict:
                 index = index.filter(result=verdict)
