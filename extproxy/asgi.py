@@ -23,25 +23,36 @@ from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from . import offload  # noqa: E402
 from .config import ConfigError  # noqa: E402
 from .engine import get_engine  # noqa: E402
-from .views import PREFIX, extender_app  # noqa: E402
+from .views import PREFIX, extender_app, refusal, respond  # noqa: E402
+
+from django.conf import settings  # noqa: E402
 
 
 async def http_app(scope, receive, send):
     if scope["path"].startswith(PREFIX):
-        await extender_app(scope, receive, send)
+        if settings.EXTPROXY_EXTENDER_PORT:  # served on their own port only (extender_access.py)
+            await elsewhere(send)
+        else:
+            await extender_app(scope, receive, send)
     else:
         await django_app(scope, receive, send)
 
 
-async def _start_extender_listener():
-    """The separate extender port, when EXTPROXY_EXTENDER_PORT is set (see listener.py)."""
-    from django.conf import settings
+async def elsewhere(send) -> None:
+    await respond(send, refusal(404, f"the extender endpoints are served on port {settings.EXTPROXY_EXTENDER_PORT} "
+                                     "(EXTPROXY_EXTENDER_PORT), not on this one", "wrong-port"))
 
+
+async def _start_extender_listener():
+    """The separate extender port with its protection (TLS, client certificates, the source
+    allowlist: extender_access.py), when EXTPROXY_EXTENDER_PORT is set (see listener.py)."""
+    from .extender_access import allowlist, extender_ssl_context
     from .listener import start_listener
 
     if not settings.EXTPROXY_EXTENDER_PORT:
         return None
-    return await start_listener(settings.EXTPROXY_EXTENDER_HOST, settings.EXTPROXY_EXTENDER_PORT)
+    return await start_listener(settings.EXTPROXY_EXTENDER_HOST, settings.EXTPROXY_EXTENDER_PORT,
+                                ssl=extender_ssl_context(), allow=allowlist().allows_peer)
 
 
 async def lifespan_app(scope, receive, send):
@@ -52,7 +63,7 @@ async def lifespan_app(scope, receive, send):
             dashboard_background.start()
             try:
                 listener = await _start_extender_listener()
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # a taken port, a bad certificate or allowlist
                 await send({"type": "lifespan.startup.failed", "message": f"extender listener: {exc}"})
                 return
             await send({"type": "lifespan.startup.complete"})
@@ -79,8 +90,12 @@ application = ProtocolTypeRouter(
 )
 
 if os.environ.get("EXTPROXY_SKIP_CONFIG_CHECK") != "1":
+    from .extender_access import AccessConfigError, allowlist, extender_ssl_context
+
     try:
         get_engine()
-    except ConfigError as exc:
+        allowlist()
+        extender_ssl_context()
+    except (ConfigError, AccessConfigError) as exc:
         print(f"extproxy: bad configuration: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -98,6 +98,7 @@ class ExtenderProtocol(asyncio.Protocol):
         self._closing = False
         self._can_write: asyncio.Future[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None  # EXTPROXY_BODY_TIMEOUT per request
         self.draining = False  # the listener stops: close after the answer in progress
         self._begin()
 
@@ -137,6 +138,8 @@ class ExtenderProtocol(asyncio.Protocol):
         self._closing = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._body_timer is not None:
+            self._body_timer.cancel()
         self._wake_writer()
 
     def pause_writing(self) -> None:
@@ -151,6 +154,18 @@ class ExtenderProtocol(asyncio.Protocol):
             waiter.set_result(None)
 
     # httptools callbacks ---------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        # A client that dribbles its request holds the connection and its buffer: 408 after the bound.
+        from django.conf import settings
+
+        self._body_timer = self._loop.call_later(float(settings.EXTPROXY_BODY_TIMEOUT), self._too_slow)
+
+    def _too_slow(self) -> None:
+        from django.conf import settings
+
+        timeout = float(settings.EXTPROXY_BODY_TIMEOUT)
+        self._refuse(refusal(408, f"request body not received within {timeout:g}s (EXTPROXY_BODY_TIMEOUT)", "body-timeout"))
+
     def on_url(self, url: bytes) -> None:
         self._url += url
 
@@ -179,6 +194,9 @@ class ExtenderProtocol(asyncio.Protocol):
         self._parts.append(body)
 
     def on_message_complete(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         if self._closing:
             return
         parts = self._parts

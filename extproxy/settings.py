@@ -280,3 +280,14 @@ if os.environ.get("EXTPROXY_REDIS_URL"):
             "KEY_PREFIX": os.environ.get("EXTPROXY_CACHE_PREFIX", "extproxy"),
         }
     }
+
+# --- extender endpoint protection (issue 9) ---
+# The extender endpoints (extender_access.py): on their own port when EXTPROXY_EXTENDER_PORT is
+# set (the main port then answers 404 for /extender/), callable only from the sources in
+# EXTPROXY_EXTENDER_ALLOW (CIDRs; loopback by default; "*" for any), and on that port with TLS
+# and a client certificate verified against EXTPROXY_EXTENDER_TLS_CLIENT_CA when those are set.
+# (EXTPROXY_EXTENDER_PORT and _HOST: in the listener's section above.)
+EXTPROXY_EXTENDER_ALLOW = os.environ.get("EXTPROXY_EXTENDER_ALLOW", "127.0.0.0/8,::1/128")
+EXTPROXY_EXTENDER_TLS_CERT = os.environ.get("EXTPROXY_EXTENDER_TLS_CERT", "")
+EXTPROXY_EXTENDER_TLS_KEY = os.environ.get("EXTPROXY_EXTENDER_TLS_KEY", "")
+EXTPROXY_EXTENDER_TLS_CLIENT_CA = os.environ.get("EXTPROXY_EXTENDER_TLS_CLIENT_CA", "")

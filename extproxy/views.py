@@ -18,6 +18,7 @@ import msgspec
 from . import metrics
 from .backends.base import StreamBroken
 from .engine import Answer, Engine, get_engine
+from .extender_access import allowlist
 from .protocol import Verb
 from .recorder import channel_layer_publisher
 
@@ -129,6 +130,11 @@ def not_post() -> Answer:
 
 async def extender_app(scope: Scope, receive: Receive, send: Send) -> None:
     started = time.perf_counter()
+    client = scope.get("client")
+    if not allowlist().allows_host(client[0] if client else None):  # the listener checks at connect
+        await respond(send, refusal(403, "source address not allowed to call the extender endpoints "
+                                         "(EXTPROXY_EXTENDER_ALLOW)", "not-allowed"))
+        return
     routed = route(get_engine(), scope["path"])
     if isinstance(routed, Answer):
         await respond(send, routed)

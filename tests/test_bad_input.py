@@ -50,13 +50,19 @@ def test_it_answers_every_malformed_combined_request_with_400(verb, backend_serv
     assert ok.status_code == 200 and ok.json()["Error"] == ""
 
 
-def test_it_cuts_off_a_request_whose_body_does_not_arrive_in_time(backend_server, proxy, write_config, settings):
+@pytest.mark.parametrize("port", ["main", "listener"])
+def test_it_cuts_off_a_request_whose_body_does_not_arrive_in_time(backend_server, proxy, write_config, settings, port):
+    from tests.conftest import free_port
+
     settings.EXTPROXY_BODY_TIMEOUT = 0.5
+    if port == "listener":
+        settings.EXTPROXY_EXTENDER_PORT = free_port()
     a = backend_server({"*": pass_all})
     server = proxy(write_config({"backends": [backend("a", a, filterVerb="filter")]}))
+    target = settings.EXTPROXY_EXTENDER_PORT or server.port
 
     for path in ("/extender/filter", "/extender/a/filter"):
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        with socket.create_connection(("127.0.0.1", target), timeout=10) as conn:
             conn.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          "Content-Length: 1000\r\n\r\n{\"Pod\":".encode())
             started = time.monotonic()
