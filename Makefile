@@ -10,7 +10,8 @@ PYTHON ?= python3
 $(VENV)/.installed: requirements.txt requirements-dev.txt package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
-	@command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm; }
+	@command -v npm >/dev/null || { echo "make setup: npm is missing: installing Debian's nodejs and npm with apt-get (for the chart library)"; \
+		apt-get update -qq && apt-get install -y -qq nodejs npm; }
 	npm ci --no-audit --no-fund --silent
 	touch $@
 
@@ -24,12 +25,26 @@ run: migrate
 	exec $(VENV)/bin/uvicorn extproxy.asgi:application --host $(HOST) --port $(PORT) \
 		--loop uvloop --http httptools --no-access-log --lifespan on
 
-# Debian's chromium for the browser tests (Playwright drives it; it never downloads one).
+# The browser tests drive Debian's chromium through Playwright, which never downloads one.
+# `make browser` finds it (EXTPROXY_CHROMIUM, else `chromium` on PATH) or, saying so, installs
+# Debian's package with apt-get (needs root). `make test` does the same before the suite;
+# `make test SKIP_BROWSER=1` leaves the browser tests out instead and changes nothing on the system.
 browser:
-	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+	@if [ -x "$${EXTPROXY_CHROMIUM:-$$(command -v chromium)}" ]; then \
+		echo "make browser: using $${EXTPROXY_CHROMIUM:-$$(command -v chromium)}"; \
+	else \
+		echo "make browser: chromium not found: installing Debian's chromium with apt-get (SKIP_BROWSER=1 skips the browser tests)"; \
+		apt-get update -qq && apt-get install -y -qq chromium; \
+	fi
 
+ifeq ($(SKIP_BROWSER),1)
+test: setup
+	@echo "make test: SKIP_BROWSER=1: the browser tests (marker 'browser') are left out"
+	$(VENV)/bin/pytest -m "not browser"
+else
 test: setup browser
 	$(VENV)/bin/pytest
+endif
 
 bench: migrate browser
 	$(PY) bench/run.py

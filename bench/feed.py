@@ -30,7 +30,7 @@ from run import HOST, PYTHON, ROOT, UVICORN, free_port, load_fixture, pct, proxy
 
 RATE = int(os.environ.get("FEED_RATE", "500"))  # calls per second
 SECONDS = float(os.environ.get("FEED_SECONDS", "10"))
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("EXTPROXY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 

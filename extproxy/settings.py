@@ -129,7 +129,6 @@ if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": _database_from_url(os.environ["DATABASE_URL"])}
 else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    (DATA_DIR / "static").mkdir(exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -165,6 +164,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns at start-up when it is missing
 # Served by the app itself from the apps' static folders: no collectstatic step to forget.
 WHITENOISE_USE_FINDERS = True
 # Under ASGI, Django warns on every static file whitenoise streams (a sync iterator): known, harmless.

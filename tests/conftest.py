@@ -283,3 +283,20 @@ def redis_url():
     server = ThrowawayRedis()
     yield server.url
     server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_sessions_left_at_teardown(django_db_setup, django_db_blocker):
+    """On PostgreSQL, the test database can be dropped only when no session uses it; threads of
+    the test servers may still hold one at the end. End those sessions before the drop."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    import gc
+
+    gc.collect()
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.test_dashboard_traffic import BUSY, per_backend_attempt, scene  # noqa: F401 (fixture)
 from tests.test_live_browser import browser_page, shoot, viewer_login, wait_until  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.browser  # Debian's chromium (make test SKIP_BROWSER=1 leaves it out)
 
 
 def log_in(page, base: str, login, path: str = "/") -> None:

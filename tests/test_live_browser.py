@@ -5,6 +5,8 @@ every page. Screenshots of each page go to test-artifacts/ (not committed)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,15 @@ from tests.test_dashboard_pages import XSS_ERROR, XSS_LABEL, XSS_POD, XSS_REASON
 from tests.test_per_backend import config_for
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
+# Debian's chromium, found as `make browser` finds it (EXTPROXY_CHROMIUM, else on PATH).
+CHROMIUM = os.environ.get("EXTPROXY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 POD = "trainer-7d9c5b6f8-b4x2s"
 
-# No skip: `make test` installs Debian's chromium; without it these tests fail, as they should.
+# No skip: `make test` finds or installs Debian's chromium (saying so); without it these tests
+# fail, as they should. `make test SKIP_BROWSER=1` deselects them by their marker instead.
+pytestmark = pytest.mark.browser
 
 
 @pytest.fixture
