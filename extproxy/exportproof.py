@@ -196,7 +196,8 @@ def verify(stream: BinaryIO, manifest: dict[str, Any], key: bytes | None = None)
         missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps) or "see the manifest"
         return Verdict(True, f"unaltered: {seq} records as exported, but the range is NOT complete "
                              f"(calls missing from the records: {missing})", None, complete=False)
-    return Verdict(True, f"complete and unaltered: {seq} records, last hash {previous[:16]}…", None, complete=True)
+    tail = f"last hash {previous[:16]}…" if seq else "an empty export"
+    return Verdict(True, f"complete and unaltered: {seq} records, {tail}", None, complete=True)
 
 
 def _why_broken(fmt: str, body: bytes, digest: str, expected_seq: int, previous: str, manifest: dict) -> str:

@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from extproxy.export import CALL_COLUMNS
 from extproxy.exportproof import verify
 from extproxy.gaps import note_gap
 from extproxy.models import AuditEvent, Call, Export
@@ -341,3 +342,11 @@ def test_it_streams_an_export_from_the_asgi_server(proxy, write_config):
     assert manifest["records"] == 15_000
     assert check(b"".join(chunks), manifest).complete
     assert session.get(f"{server.url}/api/export/", headers={"Authorization": "Token wrong"}).status_code == 401
+
+
+def test_it_verifies_an_empty_export(tmp_path):
+    out = tmp_path / "none.csv"
+    run_command("export", "--format", "csv", "-o", str(out), "--no-progress")
+    assert out.read_bytes() == (",".join(CALL_COLUMNS) + ",hash\n").encode()  # the header alone
+    said, _ = run_command("verify_export", str(out), f"{out}.manifest.json")
+    assert "complete and unaltered: 0 records, an empty export" in said
