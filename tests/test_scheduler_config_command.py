@@ -244,3 +244,22 @@ def test_it_prints_one_combined_entry_derived_from_the_backends(tmp_path, settin
     ]
     assert entry["httpTimeout"] == "6s"  # the 3s + 2s filter chain, plus a margin
     assert "# backend gpu <- http://gpu:1/x" in out
+
+
+def test_it_prints_the_pair_of_the_extender_ports_tls_with_a_client_certificate(scheduler_file, no_host_env, settings,
+                                                                              monkeypatch):
+    monkeypatch.setenv("EXTPROXY_EXTENDER_PORT", "8443")
+    settings.EXTPROXY_EXTENDER_TLS_CERT = "/etc/extproxy-tls/tls.crt"
+    settings.EXTPROXY_EXTENDER_TLS_CLIENT_CA = "/etc/extproxy-tls/ca.crt"
+    err = StringIO()
+    call_command("scheduler_config", "--host", "extproxy-extender.kube-system.svc", stdout=StringIO(), stderr=err)
+    assert "--tls-cert-file" in err.getvalue()  # the port requires one: say so
+
+    output = run("--host", "extproxy-extender.kube-system.svc", "--tls-ca-file", "/pki/extproxy-ca.crt",
+                 "--tls-cert-file", "/pki/extproxy-client.crt", "--tls-key-file", "/pki/extproxy-client.key")
+
+    for entry in extenders(output):
+        assert entry["urlPrefix"].startswith("https://extproxy-extender.kube-system.svc:8443/extender/")
+        assert entry["enableHTTPS"] is True
+        assert entry["tlsConfig"] == {"certFile": "/pki/extproxy-client.crt", "keyFile": "/pki/extproxy-client.key",
+                                      "caFile": "/pki/extproxy-ca.crt"}

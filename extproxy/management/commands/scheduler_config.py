@@ -36,12 +36,17 @@ class Command(BaseCommand):
         parser.add_argument("--port", default=None,
                             help="port the scheduler reaches the proxy at "
                                  "(default: $EXTPROXY_EXTENDER_PORT, the extender listener, else $PORT or 8000)")
-        parser.add_argument("--scheme", choices=("http", "https"), default="http",
-                            help="scheme of the proxy's URL; https adds enableHTTPS and tlsConfig")
+        parser.add_argument("--scheme", choices=("http", "https"), default=None,
+                            help="scheme of the proxy's URL; https adds enableHTTPS and tlsConfig "
+                                 "(default: https when EXTPROXY_EXTENDER_TLS_CERT is set, else http)")
         parser.add_argument("--tls-ca-file", default="",
                             help="with --scheme https: CA file the scheduler verifies the proxy with")
         parser.add_argument("--tls-server-name", default="",
                             help="with --scheme https: server name (SNI) the scheduler verifies")
+        parser.add_argument("--tls-cert-file", default="",
+                            help="with --scheme https: the client certificate the scheduler presents "
+                                 "(required when EXTPROXY_EXTENDER_TLS_CLIENT_CA is set)")
+        parser.add_argument("--tls-key-file", default="", help="with --tls-cert-file: its key")
         parser.add_argument("--combined", action="store_true",
                             help="one entry for the proxy's combined endpoints instead of one per backend")
 
@@ -50,8 +55,12 @@ class Command(BaseCommand):
             config = load_config(getattr(settings, "EXTPROXY_CONFIG", ""))
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
-        base = proxy_base_url(options["scheme"], options["host"], options["port"])
-        tls = tls_entry(options) if options["scheme"] == "https" else None
+        scheme = options["scheme"] or ("https" if getattr(settings, "EXTPROXY_EXTENDER_TLS_CERT", "") else "http")
+        if getattr(settings, "EXTPROXY_EXTENDER_TLS_CLIENT_CA", "") and scheme == "https" and not options["tls_cert_file"]:
+            self.stderr.write("scheduler_config: the extender port requires a client certificate "
+                              "(EXTPROXY_EXTENDER_TLS_CLIENT_CA): add --tls-cert-file and --tls-key-file")
+        base = proxy_base_url(scheme, options["host"], options["port"])
+        tls = tls_entry(options) if scheme == "https" else None
         if options["combined"]:
             self.stdout.write(render_combined(config, base, tls), ending="")
             return
@@ -77,6 +86,10 @@ def tls_entry(options: dict[str, Any]) -> dict[str, Any]:
     tls: dict[str, Any] = {}
     if options.get("tls_server_name"):
         tls["serverName"] = options["tls_server_name"]
+    if options.get("tls_cert_file"):
+        tls["certFile"] = options["tls_cert_file"]
+    if options.get("tls_key_file"):
+        tls["keyFile"] = options["tls_key_file"]
     if options.get("tls_ca_file"):
         tls["caFile"] = options["tls_ca_file"]
     return tls
