@@ -251,21 +251,27 @@
   }
 
   function addCalls(calls) {  // oldest first
+    const touched = new Map();  // key -> entry, in the order of their newest call
     for (const call of calls) {
       const key = keyOf(call);
       let entry = state.attempts.get(key);
-      const fresh = !entry;
-      if (fresh) {
-        entry = { key: key, pod: call.pod, started_at: call.started_at, steps: [], told: null, row: null, detail: null };
-        state.attempts.set(key, entry);
-      } else {  // an attempt that moves keeps its age order: newest activity last
-        state.attempts.delete(key); state.attempts.set(key, entry);
-      }
+      if (!entry) entry = { key: key, pod: call.pod, started_at: call.started_at, steps: [], told: null, row: null, detail: null };
+      state.attempts.delete(key); state.attempts.set(key, entry);  // newest activity last
       entry.steps.push(stepFromCall(call));
-      if (entry.told) entry.told = null;
+      entry.told = null;
       state.dirty.add(key);
-      render(entry, true);
+      touched.delete(key); touched.set(key, entry);
     }
+    // One insertion for the whole batch: each touched attempt rendered once, newest on top.
+    const fragment = document.createDocumentFragment();
+    for (const entry of Array.from(touched.values()).reverse()) {
+      if (entry.row) entry.row.remove();
+      if (entry.detail) entry.detail.remove();
+      entry.row = attemptRow(entry);
+      fragment.appendChild(entry.row);
+      if (entry.detail) { entry.detail = detailRow(entry); fragment.appendChild(entry.detail); }
+    }
+    tbody.insertBefore(fragment, tbody.firstChild);
     trimAttempts();
   }
 
