@@ -31,6 +31,8 @@ class IdsFilter(df.BaseInFilter, df.NumberFilter):
             raise ValidationError({"ids": [f"at most {MAX_IDS} ids"]})
         if value and any(v is None or v != int(v) for v in value):  # "ids=," has empty items
             raise ValidationError({"ids": ["call ids are whole numbers"]})
+        if value and any(not 0 < int(v) < 2**63 for v in value):  # beyond the id column: not a call
+            raise ValidationError({"ids": ["call ids are positive 64-bit integers"]})
         return super().filter(qs, [int(v) for v in value] if value else value)
 
 
