@@ -31,7 +31,7 @@ from typing import Any, Callable, Collection
 
 import msgspec
 
-from . import metrics, protocol, semantics
+from . import bodyformat, metrics, protocol, semantics
 from .config import BackendConfig, RecordingConfig, RedactionConfig, RetentionConfig
 from .protocol import Verb
 from .semantics import Decision, Outcome
@@ -102,6 +102,14 @@ class _NodeListRaw(msgspec.Struct):
 UNDECODABLE = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
 
 
+class _Name(msgspec.Struct, frozen=True):
+    name: str = ""
+
+
+class _NamedObject(msgspec.Struct):
+    metadata: _Name = _Name()
+
+
 class NodeDeduper:
     """Collects the distinct Node objects of a batch, keyed by the SHA-256 of canonical JSON.
 
@@ -138,6 +146,34 @@ class NodeDeduper:
             self._canonical.popitem(last=False)
         return sha
 
+    def add_exact(self, raw: bytes) -> tuple[str, list[str]]:
+        """Keep a Node object as received (keyed by the SHA-256 of its bytes), so its body can
+        be restored byte for byte; one that needs redaction is kept redacted, and the changes
+        are returned as marks."""
+        if needs_redaction(raw, self.rules):
+            node = msgspec.json.decode(raw)
+            kept = redact_object(msgspec.json.decode(raw), self.rules)
+            marks = bodyformat.redaction_marks(node, kept)
+            if marks:
+                return self.add(raw), marks
+        digest = hashlib.sha256(raw).digest()
+        known = self._canonical.get(digest)
+        if known is not None and known[0] == digest.hex():
+            self._canonical.move_to_end(digest)
+            self.used.add(known[0])
+            return known[0], []
+        sha = digest.hex()
+        try:
+            name = msgspec.json.decode(raw, type=_NamedObject).metadata.name
+        except msgspec.DecodeError:  # not shaped like a Node: kept all the same, without a name
+            name = ""
+        self.batch.setdefault(sha, (name[:253], raw))
+        self.used.add(sha)
+        self._canonical[digest] = (sha, name)
+        while len(self._canonical) > self._cache_size:
+            self._canonical.popitem(last=False)
+        return sha, []
+
     def take_batch(self) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
         """The new nodes and every node referred to since the last call."""
         batch, used, self.batch, self.used = self.batch, self.used, {}, set()
@@ -145,7 +181,18 @@ class NodeDeduper:
 
 
 def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
-    """Redact, move Node objects into `nodes`, and return the form that is stored."""
+    """Redact, move Node objects into `nodes`, and return the form that is stored.
+
+    The spliced form (bodyformat) first: it restores the body byte for byte. The older
+    canonical form below only for bodies it cannot splice exactly.
+    """
+    redact = bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules))
+    try:
+        spliced = bodyformat.compact(body, redact, nodes.add_exact)
+    except UNDECODABLE:  # the older form below decides what to keep
+        spliced = None
+    if spliced is not None:
+        return spliced
     try:
         return _compact_body(body, rules, nodes)
     except UNDECODABLE:  # invalid UTF-8 or nesting too deep somewhere inside: kept as received
@@ -182,9 +229,22 @@ def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> by
     return _COMPACT_MARK + msgspec.json.encode(out)
 
 
+def restore(stored: bytes, load_nodes: Callable[[list[str]], dict[str, bytes]]) -> bodyformat.Restored:
+    """A stored body as received (redactions and lost nodes marked), whatever its stored form."""
+    data = decompress(stored)
+    if data.startswith(bodyformat.SPLICED_MARK):
+        return bodyformat.restore(data[1:], load_nodes)
+    if data.startswith(_COMPACT_MARK):
+        marks = ["stored in the canonical form: keys re-ordered and re-encoded"]
+        return bodyformat.Restored(restore_body(stored, load_nodes), exact=False, marks=marks)
+    return bodyformat.Restored(data[1:], exact=True)
+
+
 def restore_body(stored: bytes, load_nodes: Callable[[list[str]], dict[str, bytes]]) -> bytes:
     """The stored body as JSON bytes again, Node references replaced by the objects."""
     data = decompress(stored)
+    if data.startswith(bodyformat.SPLICED_MARK):
+        return bodyformat.restore(data[1:], load_nodes).body
     if not data.startswith(_COMPACT_MARK):
         return data[1:]
     envelope = msgspec.json.decode(data[1:])

@@ -85,20 +85,30 @@ def test_it_retries_a_batch_when_the_database_fails(transactional_db, monkeypatc
     assert NodeObject.objects.count() == 5  # the failed attempts' nodes were stored on retry
 
 
-def test_it_stores_each_distinct_node_once_and_restores_the_request(transactional_db):
+NO_SECRETS = RedactionConfig(env_values=False, drop_annotations=())  # nothing to redact: every byte kept
+
+
+def test_it_stores_each_distinct_node_once_and_restores_the_request_byte_for_byte(transactional_db):
     body = fixture_bytes("filter-request.nodecache-false.json")
-    nodes = NodeDeduper(RedactionConfig())
-    stored = compact_body(body, RedactionConfig(), nodes)
-    # The same nodes with other spacing and key order are the same nodes.
-    respaced = json.dumps(json.loads(body), indent=2, sort_keys=True).encode()
-    again = compact_body(respaced, RedactionConfig(), nodes)
-    assert json.loads(stored[1:])["Nodes"] == json.loads(again[1:])["Nodes"]
+    nodes = NodeDeduper(NO_SECRETS)
+    stored = compact_body(body, NO_SECRETS, nodes)
+    again = compact_body(body, NO_SECRETS, nodes)  # the scheduler sends an unchanged Node as the same bytes
+    assert stored == again
     batch, used = nodes.take_batch()
     assert len(batch) == 5 and used == set(batch)
     assert len(stored) < len(body) / 3
 
     restored = restore_body(zlib.compress(stored), lambda shas: {s: batch[s][1] for s in shas})
-    assert json.loads(restored)["Nodes"] == json.loads(body)["Nodes"]
+    assert restored == body
+
+
+def test_it_restores_a_respaced_body_as_it_came_too(transactional_db):
+    body = json.dumps(json.loads(fixture_bytes("filter-request.nodecache-false.json")), indent=2).encode()
+    nodes = NodeDeduper(NO_SECRETS)
+    stored = compact_body(body, NO_SECRETS, nodes)
+    batch, _ = nodes.take_batch()
+    assert len(batch) == 5
+    assert restore_body(zlib.compress(stored), lambda shas: {s: batch[s][1] for s in shas}) == body
 
 
 def test_it_writes_full_mode_nodes_once_across_batches(transactional_db):
@@ -197,3 +207,23 @@ def test_it_keeps_nodes_that_kept_calls_still_use(transactional_db):
 
     assert result.calls == 1 and Call.objects.count() == 2
     assert NodeObject.objects.count() == 5
+
+
+def test_it_keeps_redacted_values_out_and_names_each_change(transactional_db):
+    from extproxy.recorder import restore
+
+    body = fixture_bytes("filter-request.nodecache-false.json")
+    pod = json.loads(body)["Pod"]
+    assert pod["spec"]["containers"][0]["env"][0]["value"]  # the fixture carries a secret
+    nodes = NodeDeduper(RedactionConfig())
+    stored = compact_body(body, RedactionConfig(), nodes)
+    batch, _ = nodes.take_batch()
+
+    restored = restore(zlib.compress(stored), lambda shas: {s: batch[s][1] for s in shas})
+
+    assert not restored.exact
+    assert "Pod.spec.containers[0].env[0].value redacted" in restored.marks
+    again = json.loads(restored.body)
+    assert again["Pod"]["spec"]["containers"][0]["env"][0]["value"] == "[redacted]"
+    assert again["Nodes"] == json.loads(body)["Nodes"]
+    assert pod["spec"]["containers"][0]["env"][0]["value"].encode() not in restored.body

@@ -1,0 +1,186 @@
+"""The stored form of a recorded body that gives the body back byte for byte.
+
+Owns one format (mark `S`, "spliced"): the body cut into pieces, in order. A piece is either
+literal bytes (the JSON between the big values, the Pod) or the SHA-256 of a Node object kept
+once in the node store. Joining the pieces, with each Node's stored bytes put back, gives the
+body exactly as it was received. Only what redaction changed differs, and every such change
+is named in the stored `marks` (e.g. `Pod.spec.containers[0].env[1].value redacted`).
+
+`compact` checks its own work: it joins the pieces with the original Node bytes and compares
+with the body; when they differ (duplicate keys and other oddities that defeat the search for
+a value's place) it returns None and the caller stores the body its older way.
+
+Pure: no Django, no I/O. It does not decide what is redacted (redaction.py) nor where Node
+objects are kept (the recorder's NodeDeduper and the NodeObject table).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import msgspec
+
+from .protocol import go_key
+
+SPLICED_MARK = b"S"
+
+Redactor = Callable[[str, bytes], "tuple[bytes, list[str]] | None"]
+"""Redacts the JSON of one field ("Pod", "NodeNameToVictims"): None when nothing needs
+redacting, else (new JSON, marks)."""
+
+NodeAdder = Callable[[bytes], "tuple[str, list[str]]"]
+"""Keeps one Node object; returns its key and what redaction changed in the kept copy."""
+
+
+class _NodeListRaw(msgspec.Struct):
+    items: list[msgspec.Raw] = []
+
+
+def compact(body: bytes, redact: Redactor, add_node: NodeAdder) -> bytes | None:
+    """The spliced stored form of `body`, or None when it cannot be made exact."""
+    try:
+        envelope = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError:
+        return None
+    special = {k: name for name in ("Pod", "Nodes", "NodeNameToVictims") if (k := go_key(envelope, name))}
+    pieces: list[bytes | str] = []
+    originals: list[bytes] = []  # the bytes each piece stands for in `body`, for the check
+    marks: list[str] = []
+    cursor = 0
+    for key, raw in envelope.items():
+        if key not in special:
+            continue
+        value = bytes(raw)
+        start = body.find(value, cursor)
+        if start < 0:
+            return None
+        _literal(pieces, originals, body[cursor:start])
+        cursor = start + len(value)
+        name = special[key]
+        if name == "Nodes":
+            cursor = _splice_nodes(value, start, body, pieces, originals, marks, add_node)
+            if cursor < 0:
+                return None
+        else:
+            redacted = redact(name, value)
+            if redacted is None or not redacted[1]:
+                _literal(pieces, originals, value)
+            else:
+                pieces.append(redacted[0])
+                originals.append(value)
+                marks += [f"{name}{mark}" for mark in redacted[1]]
+    _literal(pieces, originals, body[cursor:])
+    if b"".join(originals) != body:
+        return None
+    return SPLICED_MARK + msgspec.msgpack.encode([pieces, marks])
+
+
+def _literal(pieces: list[bytes | str], originals: list[bytes], data: bytes) -> None:
+    if not data:
+        return
+    if pieces and isinstance(pieces[-1], bytes) and pieces[-1] == originals[-1]:
+        pieces[-1] += data  # neighbouring literals become one piece
+        originals[-1] += data
+    else:
+        pieces.append(data)
+        originals.append(data)
+
+
+def _splice_nodes(value: bytes, start: int, body: bytes, pieces, originals, marks, add_node: NodeAdder) -> int:
+    """Cut a NodeList's items out of `body` into node references; the end of the value, or -1."""
+    if value.strip() == b"null":
+        _literal(pieces, originals, value)
+        return start + len(value)
+    try:
+        items = msgspec.json.decode(value, type=_NodeListRaw).items
+    except msgspec.DecodeError:  # not a NodeList: keep it as it came
+        _literal(pieces, originals, value)
+        return start + len(value)
+    cursor, end = start, start + len(value)
+    for index, raw in enumerate(items):
+        item = bytes(raw)
+        at = body.find(item, cursor, end)
+        if at < 0:
+            return -1
+        _literal(pieces, originals, body[cursor:at])
+        sha, node_marks = add_node(item)
+        pieces.append(sha)
+        originals.append(item)
+        marks += [f"Nodes.items[{index}]{mark}" for mark in node_marks]
+        cursor = at + len(item)
+    _literal(pieces, originals, body[cursor:end])
+    return end
+
+
+@dataclass
+class Restored:
+    body: bytes
+    exact: bool  # True: these are the bytes that were received
+    marks: list[str] = field(default_factory=list)  # what differs, and why
+
+
+def restore(stored: bytes, load_nodes: Callable[[list[str]], dict[str, bytes]]) -> Restored:
+    """The body of a spliced stored form (without its mark), Node objects put back."""
+    pieces, marks = msgspec.msgpack.decode(stored)
+    marks = list(marks)
+    shas = sorted({p for p in pieces if isinstance(p, str)})
+    nodes = load_nodes(shas) if shas else {}
+    out: list[bytes] = []
+    for piece in pieces:
+        if isinstance(piece, bytes):
+            out.append(piece)
+        elif piece in nodes:
+            out.append(nodes[piece])
+        else:  # removed from the node store (retention): say so where the object was
+            out.append(msgspec.json.encode({"$missing-node": piece}))
+            marks.append(f"node object {piece} is no longer stored")
+    return Restored(b"".join(out), exact=not marks, marks=marks)
+
+
+# --- redaction marks -----------------------------------------------------------------------
+
+
+def redaction_marks(before: Any, after: Any, path: str = "") -> list[str]:
+    """Where `after` (a redacted copy) differs from `before`: removed keys and replaced values."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        marks = []
+        for key, value in before.items():
+            where = f"{path}.{key}" if _plain(key) else f"{path}[{key!r}]"
+            if key not in after:
+                marks.append(f"{where} removed")
+            else:
+                marks += redaction_marks(value, after[key], where)
+        return marks
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [m for i, (b, a) in enumerate(zip(before, after)) for m in redaction_marks(b, a, f"{path}[{i}]")]
+    return [] if before == after else [f"{path} redacted"]
+
+
+def _plain(key: Any) -> bool:
+    return isinstance(key, str) and key.replace("_", "a").isalnum()
+
+
+def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool]) -> Redactor:
+    """A Redactor from an in-place Pod redaction and its cheap byte test (victims: each Pod)."""
+
+    def redact(name: str, value: bytes) -> tuple[bytes, list[str]] | None:
+        if not needs(value):
+            return None
+        original = msgspec.json.decode(value)
+        changed = copy.deepcopy(original)
+        for pod in _victim_pods(changed) if name == "NodeNameToVictims" else [changed]:
+            redact_object(pod)
+        marks = redaction_marks(original, changed)
+        if marks and msgspec.json.encode(original) != value:
+            marks.append(" re-encoded after redaction: spacing and escapes may differ")
+        return (msgspec.json.encode(changed), marks) if marks else None
+
+    return redact
+
+
+def _victim_pods(victims: Any) -> list[Any]:
+    if not isinstance(victims, dict):
+        return []
+    entries = [e for e in victims.values() if isinstance(e, dict)]
+    return [pod for e in entries for pod in (e.get("Pods") or e.get("pods") or ())]
