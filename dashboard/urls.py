@@ -1,7 +1,7 @@
 """Dashboard pages, and the live feed's JSON history (the filters /api/calls/ lacks)."""
 from django.urls import path
 
-from . import audit_views, views
+from . import audit_views, replay_pages, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -13,4 +13,5 @@ urlpatterns = [
     path("backends/", views.backends, name="backends"),
     path("pending/", views.pending, name="pending"),
     path("audit/", audit_views.audit, name="audit"),
+    path("calls/<int:pk>/", replay_pages.call, name="call"),
 ]

@@ -1,8 +1,9 @@
 """API routes, namespaced "api"."""
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
+from . import bodies
 from .auth import token_login
 from .export_views import AuditExportView, CallExportView, ManifestView
 from .views import AuditEventViewSet, CallViewSet
@@ -14,6 +15,13 @@ router.register("audit", AuditEventViewSet, basename="audit")
 
 urlpatterns = [
     path("auth/token/", token_login, name="token"),
+    # replay lane: bodies, copy-out
+    re_path(r"^calls/(?P<pk>\d+)/(?P<which>request|response)/?$", bodies.call_body, name="call-body"),
+    re_path(r"^calls/(?P<pk>\d+)/backend-calls/(?P<bc>\d+)/(?P<which>request|response)/?$",
+            bodies.backend_call_body, name="backend-call-body"),
+    re_path(r"^calls/(?P<pk>\d+)/curl/?$", bodies.call_curl, name="call-curl"),
+    re_path(r"^calls/(?P<pk>\d+)/fixture/?$", bodies.call_fixture, name="call-fixture"),
+    path("fixtures/", bodies.fixtures, name="fixtures"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("export/", CallExportView.as_view(), name="export"),
     path("export/<str:export_id>/manifest/", ManifestView.as_view(), name="export-manifest"),

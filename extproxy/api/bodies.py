@@ -1,0 +1,107 @@
+"""API: a call's bodies, its curl command and its fixture; a filtered set of fixtures.
+
+    GET /api/calls/<id>/request     the request as received (?pretty=1, ?download=1)
+    GET /api/calls/<id>/response    the backend's response as received
+    GET /api/calls/<id>/backend-calls/<bc>/request|response   one backend's part (combined)
+    GET /api/calls/<id>/curl        a runnable curl command (?url= another target)
+    GET /api/calls/<id>/fixture     the call as a JSON test fixture
+    GET /api/fixtures/?<filters>    fixtures of the calls /api/calls/ would list, JSON Lines
+
+Headers on bodies: `X-Extproxy-Exact` (true: the bytes as received), `X-Extproxy-Marks` (what
+differs: redactions, lost nodes; JSON list, at most 20). Thin: the work is in bodies/copyout.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+from django.http import HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.decorators import api_view
+
+from .. import copyout
+from ..bodies import Body, request_of, response_of
+from ..models import BackendCall, Call
+from .filters import filter_calls
+from .views import FILTER_PARAMETERS
+
+MAX_MARK_HEADERS = 20
+FIXTURE_SET_LIMIT = 100_000  # calls per /api/fixtures/ answer; narrow the filters for more
+
+
+def body_response(body: Body, name: str, params) -> HttpResponse:
+    if params.get("pretty"):
+        text, _ = body.pretty(limit=len(body.data))
+        response = HttpResponse(text.encode(), content_type="application/json; charset=utf-8")
+    else:
+        response = HttpResponse(body.data, content_type="application/json")
+    response["X-Extproxy-Exact"] = "true" if body.exact else "false"
+    response["X-Extproxy-Marks"] = json.dumps(body.marks[:MAX_MARK_HEADERS])
+    if body.status is not None:
+        response["X-Extproxy-Backend-Status"] = str(body.status)
+    if params.get("download"):
+        response["Content-Disposition"] = f'attachment; filename="{name}.json"'
+    return response
+
+
+BODY_PARAMETERS = [
+    OpenApiParameter("pretty", bool, description="indented JSON"),
+    OpenApiParameter("download", bool, description="as an attachment"),
+]
+
+
+@extend_schema(responses={(200, "application/json"): bytes}, parameters=BODY_PARAMETERS)
+@api_view(["GET"])
+def call_body(request, pk: int, which: str):
+    call = get_object_or_404(Call, pk=pk)
+    body = request_of(call) if which == "request" else response_of(call)
+    return body_response(body, f"call-{pk}-{which}", request.query_params)
+
+
+@extend_schema(responses={(200, "application/json"): bytes}, parameters=BODY_PARAMETERS)
+@api_view(["GET"])
+def backend_call_body(request, pk: int, bc: int, which: str):
+    part = get_object_or_404(BackendCall, pk=bc, call_id=pk)
+    body = request_of(part) if which == "request" else response_of(part)
+    return body_response(body, f"call-{pk}-{part.backend}-{which}", request.query_params)
+
+
+@extend_schema(
+    responses={(200, "text/plain"): str},
+    parameters=[OpenApiParameter("url", str, description="send it here instead of the original backend")],
+)
+@api_view(["GET"])
+def call_curl(request, pk: int):
+    call = get_object_or_404(Call, pk=pk)
+    url = request.query_params.get("url") or copyout.original_url(call, request.build_absolute_uri("/"))
+    if not url:
+        return HttpResponse(
+            f"backend {call.backend!r} is not configured now (or lacks the verb): give ?url=",
+            status=400, content_type="text/plain; charset=utf-8",
+        )
+    comment = f"extproxy call {call.pk}: {call.verb} {call.backend} {call.pod_namespace}/{call.pod_name} at {call.started_at.isoformat()}"
+    return HttpResponse(copyout.curl_command(request_of(call), url, comment), content_type="text/plain; charset=utf-8")
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def call_fixture(request, pk: int):
+    call = get_object_or_404(Call, pk=pk)
+    response = HttpResponse(json.dumps(copyout.fixture(call), indent=1), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="call-{pk}.fixture.json"'
+    return response
+
+
+def _fixture_lines(queryset) -> Iterator[bytes]:
+    for call in queryset.iterator(chunk_size=100):
+        yield json.dumps(copyout.fixture(call)).encode() + b"\n"
+
+
+@extend_schema(responses={(200, "application/x-ndjson"): str}, parameters=FILTER_PARAMETERS)
+@api_view(["GET"])
+def fixtures(request):
+    queryset = filter_calls(Call.objects.order_by("started_at", "id"), request.query_params)[:FIXTURE_SET_LIMIT]
+    response = StreamingHttpResponse(_fixture_lines(queryset), content_type="application/x-ndjson")
+    response["Content-Disposition"] = 'attachment; filename="extproxy-fixtures.jsonl"'
+    return response

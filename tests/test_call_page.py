@@ -1,0 +1,73 @@
+"""The call page: bodies (pretty, cut when large, redactions named), each backend's part of a
+combined call, copy-out; text from pods rendered as text; login and a role required."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from extproxy.models import Call
+from tests.conftest import fixture_bytes
+from tests.test_bodies import CAPTURED, echo_nodes_as_sent
+from tests.test_combined import backend as combined_backend
+from tests.test_dashboard_pages import XSS_POD, extender_args, record, trace, viewer
+from tests.test_per_backend import config_for, post
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_it_needs_login_and_a_role():
+    record([trace("filter", extender_args(), {"NodeNames": ["node-01"], "Error": ""})])
+    pk = Call.objects.get().pk
+    assert Client().get(f"/calls/{pk}/")["Location"].startswith("/accounts/login/")
+    User.objects.create_user("nobody", password="pw")
+    client = Client()
+    client.login(username="nobody", password="pw")
+    assert client.get(f"/calls/{pk}/").status_code == 403
+
+
+def test_it_shows_a_full_object_call_with_its_bodies_and_curl(backend_server, proxy, write_config):
+    backend = backend_server({"filter": echo_nodes_as_sent})
+    server = proxy(write_config(config_for(backend.url)))
+    request = json.loads(fixture_bytes(CAPTURED + "filter-request.nodecache-false.json"))
+    request["Pod"]["spec"]["containers"][0]["env"] = [{"name": "TOKEN", "value": "s3cr3t"}]
+    post(server, "/extender/gpu/filter", json.dumps(request).encode())
+    server.flush()
+    pk = Call.objects.get().pk
+
+    page = viewer().get(f"/calls/{pk}/").content.decode()
+
+    assert "&quot;Pod&quot;: {" in page and "cpu-node-1" in page  # pretty, with the Node objects back
+    assert "Pod.spec.containers[0].env[0].value redacted" in page and "s3cr3t" not in page
+    assert f"/api/calls/{pk}/request?download=1" in page and f"/api/calls/{pk}/fixture" in page
+    assert f"curl -sS -X POST" in page and f"{backend.url}/scheduler/filter" in page
+
+
+def test_it_shows_each_backends_part_of_a_combined_call(backend_server, proxy, write_config):
+    one = backend_server({"filter": echo_nodes_as_sent})
+    server = proxy(write_config({"backends": [combined_backend("one", one, filterVerb="filter", nodeCacheCapable=True)]}))
+    requests_body = fixture_bytes(CAPTURED + "filter-request.nodecache-true.json")
+    post(server, "/extender/filter", requests_body)
+    server.flush()
+    call = Call.objects.get()
+    part = call.backend_calls.get()
+
+    page = viewer().get(f"/calls/{call.pk}/").content.decode()
+
+    assert "Backend one · filter · ok" in page
+    assert f"/api/calls/{call.pk}/backend-calls/{part.pk}/request?download=1" in page
+
+
+def test_it_renders_pod_text_as_text_and_cuts_a_large_body():
+    nodes = [f"node-{i:05d}-{'x' * 40}" for i in range(8000)]  # over 256 KiB of request
+    record([trace("filter", extender_args(name=XSS_POD, nodes=nodes), {"NodeNames": nodes, "Error": ""}, at=time.time())])
+    pk = Call.objects.get().pk
+
+    page = viewer().get(f"/calls/{pk}/").content.decode()
+
+    assert XSS_POD not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "download the whole body" in page
+    assert "node-07999" not in page.split('id="response"')[0]  # the request was cut
