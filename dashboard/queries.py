@@ -124,7 +124,7 @@ class Attempt:
 
 def pod_attempts(namespace: str, name: str, limit: int = 500) -> list[Attempt]:
     """The pod's most recent attempts, newest first (calls without an attempt stand alone)."""
-    calls = Call.objects.filter(pod_namespace=namespace, pod_name=name).defer(*BODIES)[:limit]
+    calls = Call.objects.filter(pod_namespace=namespace, pod_name=name, is_replay=False).defer(*BODIES)[:limit]
     attempts: OrderedDict[str, Attempt] = OrderedDict()
     for call in calls:
         key = call.attempt or f"call-{call.id}"
@@ -356,8 +356,8 @@ def backend_findings(scan: int = 1000, examples: int = 3) -> dict[str, list[dict
               "http_status", "error", "findings")
     # Failed calls come from the (outcome, started_at) index; findings on calls that still
     # counted as ok only from the newest `scan` calls: both bounded whatever the table's size.
-    failed = list(Call.objects.filter(outcome="error").order_by("-started_at", "-id").only(*fields)[:scan])
-    recent = Call.objects.order_by("-started_at", "-id").values_list("id", flat=True)[:scan * 4]
+    failed = list(Call.objects.filter(outcome="error", is_replay=False).order_by("-started_at", "-id").only(*fields)[:scan])
+    recent = Call.objects.filter(is_replay=False).order_by("-started_at", "-id").values_list("id", flat=True)[:scan * 4]
     noted = list(Call.objects.filter(id__in=recent).exclude(outcome="error").exclude(findings=[]).only(*fields))
     calls = sorted(failed + noted, key=lambda c: (c.started_at, c.id), reverse=True)
     found: dict[str, OrderedDict[str, dict]] = defaultdict(OrderedDict)
@@ -457,7 +457,7 @@ def pending_pods(limit: int = 300, now: datetime | None = None) -> list[dict]:
     newest = Call.objects.filter(pod_namespace=OuterRef("pod_namespace"), pod_name=OuterRef("pod_name")).order_by(
         "-started_at", "-id")
     candidates = (
-        Call.objects.filter(trouble, started_at__gte=since).exclude(pod_name="")
+        Call.objects.filter(trouble, started_at__gte=since, is_replay=False).exclude(pod_name="")
         .values("pod_namespace", "pod_name").distinct()
         .annotate(last_attempt=Subquery(newest.values("attempt")[:1]), last_id=Subquery(newest.values("id")[:1]))
         .order_by()[:limit]

@@ -12,8 +12,10 @@ from django.shortcuts import get_object_or_404, render
 from extproxy import copyout
 from extproxy.bodies import request_of, response_of
 from extproxy.models import Call
+from extproxy.roles import Perm, requires
 
-from .views import viewer_required
+bodies_required = requires(Perm.VIEW_BODIES)  # the call page shows bodies
+replay_required = requires(Perm.REPLAY_CALLS)
 
 
 def _body_context(body) -> dict:
@@ -21,7 +23,7 @@ def _body_context(body) -> dict:
     return {"text": text, "cut": cut, "size": len(body.data), "exact": body.exact, "marks": body.marks}
 
 
-@viewer_required
+@bodies_required
 def call(request, pk: int):
     record = get_object_or_404(Call, pk=pk)
     request_body = request_of(record)

@@ -67,7 +67,7 @@ def catch_up(max_rows: int = PASS_ROWS, now: datetime | None = None) -> int:
         mark, _ = RollupMark.objects.select_for_update().get_or_create(name=MARK)
         rows = list(
             Call.objects.filter(id__gt=mark.last_id).order_by("id")
-            .values_list("id", "backend", "verb", "started_at", "finished_at", "outcome")[:max_rows]
+            .values_list("id", "backend", "verb", "started_at", "finished_at", "outcome", "is_replay")[:max_rows]
         )
         counted, waiting = _until_gap(mark, rows, now)
         if not counted:
@@ -76,13 +76,16 @@ def catch_up(max_rows: int = PASS_ROWS, now: datetime | None = None) -> int:
                 mark.save(update_fields=["gap_since"])
             return 0
         cells: dict[tuple[str, str, int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
-        for _, backend, verb, started, finished, outcome in counted:
+        for _, backend, verb, started, finished, outcome, is_replay in counted:
+            if is_replay:  # replays (extproxy/replay) are not the scheduler's traffic
+                continue
             ms = (finished - started).total_seconds() * 1000
             cell = cells[(backend, verb, epoch_minute(started), bucket_of(ms))]
             cell[0] += 1
             cell[1] += outcome == "error"
             cell[2] += outcome == "timeout"
-        _add(LatencyCell, cells)
+        if cells:
+            _add(LatencyCell, cells)
         mark.last_id = counted[-1][0]
         mark.gap_since = now if waiting else None
         mark.save(update_fields=["last_id", "gap_since"])

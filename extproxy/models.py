@@ -60,6 +60,10 @@ class Call(models.Model):
     response_body = models.BinaryField()  # zlib-compressed, as the backend sent it
     response_status = models.IntegerField(null=True)  # what extproxy answered the scheduler
     decisions_blob = models.BinaryField()  # zlib-compressed JSON list of decisions
+    # A replay (replay.py) is recorded like any call, linked to the call it re-ran, and kept
+    # out of the operators' live feed and listings unless asked for.
+    is_replay = models.BooleanField(default=False)
+    replay_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays")
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -140,6 +144,8 @@ def call_to_json(call: Call, decisions: bool = False) -> dict:
             "unresolvable_count": call.unresolvable_count,
             "response_status": call.response_status,
             "findings": call.findings,
+            "is_replay": call.is_replay,
+            "replay_of": call.replay_of_id,
         }
     )
     if decisions:
@@ -269,3 +275,54 @@ class Export(models.Model):
     class Meta:
         ordering = ["-started_at", "-id"]
         default_permissions = ()
+
+# --- replay (replay lane) ------------------------------------------------------------------
+
+
+class ReplayStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class ReplayRun(models.Model):
+    """One replay: which recorded calls, against what, and how far it got (replay.py)."""
+
+    created_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+    status = models.CharField(max_length=16, choices=ReplayStatus.choices, default=ReplayStatus.QUEUED)
+    selector = models.JSONField(default=dict)  # {"call": id} | {"pod": "ns/name"} | {"filters": {...}}
+    target = models.JSONField(default=dict)  # {"kind": "configured" | "url" | "policy", ...}
+    allow_bind = models.BooleanField(default=False)
+    rate = models.FloatField(default=20.0)  # calls per second at most
+    total = models.IntegerField(default=0)  # calls selected
+    done = models.IntegerField(default=0)  # calls replayed (or skipped) so far
+    changed = models.IntegerField(default=0)  # calls whose decisions changed
+    errors = models.IntegerField(default=0)  # calls that could not be replayed
+    skipped = models.IntegerField(default=0)  # binds (not replayed unless asked)
+    counts = models.JSONField(default=dict)  # kind of change -> number of calls
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        default_permissions = ()  # roles.py: replay_calls
+
+
+class ReplayItem(models.Model):
+    """One call of a run: the original, its replay, and what changed (the diff, compressed)."""
+
+    run = models.ForeignKey(ReplayRun, related_name="items", on_delete=models.CASCADE)
+    original = models.ForeignKey(Call, null=True, on_delete=models.SET_NULL, related_name="+")
+    replay = models.ForeignKey(Call, null=True, on_delete=models.SET_NULL, related_name="+")
+    changed = models.BooleanField(default=False)
+    kinds = models.JSONField(default=list)
+    diff_blob = models.BinaryField(default=b"")  # zlib-compressed JSON diff (replay/diff.py)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["id"]
+        default_permissions = ()
+        indexes = [models.Index(fields=["run", "changed"], name="replayitem_run_changed")]

@@ -7,7 +7,8 @@
     GET /api/calls/<id>/fixture     the call as a JSON test fixture
     GET /api/fixtures/?<filters>    fixtures of the calls /api/calls/ would list, JSON Lines
 
-Headers on bodies: `X-Extproxy-Exact` (true: the bytes as received), `X-Extproxy-Marks` (what
+Bodies can hold what pods carry (redacted secrets aside): every route needs view_bodies
+(the developer role). Headers on bodies: `X-Extproxy-Exact` (true: the bytes as received), `X-Extproxy-Marks` (what
 differs: redactions, lost nodes; JSON list, at most 20). Thin: the work is in bodies/copyout.
 """
 from __future__ import annotations
@@ -18,13 +19,16 @@ from typing import Iterator
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.decorators import api_view
+from rest_framework.decorators import api_view, permission_classes
 
 from .. import copyout
 from ..bodies import Body, request_of, response_of
 from ..models import BackendCall, Call
-from .filters import filter_calls
-from .views import FILTER_PARAMETERS
+from ..roles import Perm
+from .filters import CallFilter, filter_calls
+from .permissions import needs
+
+CanViewBodies = needs(Perm.VIEW_BODIES)
 
 MAX_MARK_HEADERS = 20
 FIXTURE_SET_LIMIT = 100_000  # calls per /api/fixtures/ answer; narrow the filters for more
@@ -53,6 +57,7 @@ BODY_PARAMETERS = [
 
 @extend_schema(responses={(200, "application/json"): bytes}, parameters=BODY_PARAMETERS)
 @api_view(["GET"])
+@permission_classes([CanViewBodies])
 def call_body(request, pk: int, which: str):
     call = get_object_or_404(Call, pk=pk)
     body = request_of(call) if which == "request" else response_of(call)
@@ -61,6 +66,7 @@ def call_body(request, pk: int, which: str):
 
 @extend_schema(responses={(200, "application/json"): bytes}, parameters=BODY_PARAMETERS)
 @api_view(["GET"])
+@permission_classes([CanViewBodies])
 def backend_call_body(request, pk: int, bc: int, which: str):
     part = get_object_or_404(BackendCall, pk=bc, call_id=pk)
     body = request_of(part) if which == "request" else response_of(part)
@@ -72,6 +78,7 @@ def backend_call_body(request, pk: int, bc: int, which: str):
     parameters=[OpenApiParameter("url", str, description="send it here instead of the original backend")],
 )
 @api_view(["GET"])
+@permission_classes([CanViewBodies])
 def call_curl(request, pk: int):
     call = get_object_or_404(Call, pk=pk)
     url = request.query_params.get("url") or copyout.original_url(call, request.build_absolute_uri("/"))
@@ -86,6 +93,7 @@ def call_curl(request, pk: int):
 
 @extend_schema(responses={200: dict})
 @api_view(["GET"])
+@permission_classes([CanViewBodies])
 def call_fixture(request, pk: int):
     call = get_object_or_404(Call, pk=pk)
     response = HttpResponse(json.dumps(copyout.fixture(call), indent=1), content_type="application/json")
@@ -98,8 +106,13 @@ def _fixture_lines(queryset) -> Iterator[bytes]:
         yield json.dumps(copyout.fixture(call)).encode() + b"\n"
 
 
-@extend_schema(responses={(200, "application/x-ndjson"): str}, parameters=FILTER_PARAMETERS)
+@extend_schema(
+    responses={(200, "application/x-ndjson"): str},
+    parameters=[OpenApiParameter(name, str, description=f.extra.get("help_text") or "")
+                for name, f in CallFilter.base_filters.items()],
+)
 @api_view(["GET"])
+@permission_classes([CanViewBodies])
 def fixtures(request):
     queryset = filter_calls(Call.objects.order_by("started_at", "id"), request.query_params)[:FIXTURE_SET_LIMIT]
     response = StreamingHttpResponse(_fixture_lines(queryset), content_type="application/x-ndjson")

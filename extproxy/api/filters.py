@@ -17,6 +17,7 @@ from rest_framework.pagination import CursorPagination
 
 from ..models import AuditEvent, Call, CallNode, Outcome, Verb
 
+REPLAYS = ("exclude", "include", "only")
 VERDICTS = [("passed", "passed"), ("failed", "failed"), ("unresolvable", "unresolvable"), ("scored", "scored")]
 
 
@@ -53,6 +54,10 @@ class CallFilter(df.FilterSet):
     latency_above = df.NumberFilter(method="filter_latency", help_text="calls that took longer (milliseconds)")
     error = df.CharFilter(field_name="error", lookup_expr="icontains", help_text="error text contains")
     ids = IdsFilter(field_name="id", help_text=f"comma-separated call ids (at most {MAX_IDS})")
+    replays = df.ChoiceFilter(
+        choices=[(r, r) for r in REPLAYS], method="filter_nothing",
+        help_text="replayed calls (replay/): exclude (the default), include, or only",
+    )
 
     class Meta:
         model = Call
@@ -77,6 +82,9 @@ class CallFilter(df.FilterSet):
 
     def filter_queryset(self, queryset: QuerySet) -> QuerySet:
         queryset = super().filter_queryset(queryset)
+        replays = self.form.cleaned_data.get("replays") or "exclude"
+        if replays != "include":  # replays stay out of the operators' views unless asked for
+            queryset = queryset.filter(is_replay=(replays == "only"))
         node, verdict = self.form.cleaned_data.get("node"), self.form.cleaned_data.get("verdict")
         if verdict and not node:
             raise ValidationError({"verdict": ["needs node: the verdict given to which node?"]})

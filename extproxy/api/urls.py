@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from . import bodies
+from . import bodies, replays
 from .auth import token_login
 from .export_views import AuditExportView, CallExportView, ManifestView
 from .views import AuditEventViewSet, CallViewSet
@@ -22,6 +22,9 @@ urlpatterns = [
     re_path(r"^calls/(?P<pk>\d+)/curl/?$", bodies.call_curl, name="call-curl"),
     re_path(r"^calls/(?P<pk>\d+)/fixture/?$", bodies.call_fixture, name="call-fixture"),
     path("fixtures/", bodies.fixtures, name="fixtures"),
+    path("replays/", replays.replays, name="replays"),
+    path("replays/<int:pk>/", replays.replay_detail, name="replay"),
+    path("replays/<int:pk>/items/<int:item>/", replays.replay_item, name="replay-item"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("export/", CallExportView.as_view(), name="export"),
     path("export/<str:export_id>/manifest/", ManifestView.as_view(), name="export-manifest"),

@@ -1,0 +1,157 @@
+"""API: replays. Starting and reading them needs the extproxy.replay_calls permission (the
+developer role): a replay sends recorded requests to backends and any URL given.
+
+    POST /api/replays/      {"call": id} | {"calls": [ids]} | {"pod": "ns/name"} | {"filters": {...}},
+                            "target": {...} (replay/targets.py), "allow_bind": false, "rate": 20,
+                            "wait": false (one call only: answer when done)
+    GET  /api/replays/      runs, newest first
+    GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=)
+    GET  /api/replays/<id>/items/<item>/   one item with its whole diff
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from ..engine import get_engine
+from ..models import ReplayItem, ReplayRun
+from ..replay.runner import item_diff, run_replay, select_calls
+from ..replay.targets import TargetError, check
+from ..replay.worker import get_worker
+from ..roles import Perm
+from .permissions import needs
+
+MAX_RATE = 200.0  # calls per second a run may ask for
+DEFAULT_RATE = 20.0
+ITEMS_PAGE = 200
+FILTER_KEYS = {"pod", "namespace", "pod_uid", "verb", "backend", "outcome", "attempt", "since", "until"}
+
+
+CanReplay = needs(Perm.REPLAY_CALLS)  # starting and reading replays: the developer role
+
+
+def run_to_json(run: ReplayRun) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "created_at": run.created_at.isoformat().replace("+00:00", "Z"),
+        "created_by": run.created_by.username if run.created_by else None,
+        "selector": run.selector,
+        "target": run.target,
+        "allow_bind": run.allow_bind,
+        "rate": run.rate,
+        "total": run.total,
+        "done": run.done,
+        "changed": run.changed,
+        "errors": run.errors,
+        "skipped": run.skipped,
+        "counts": run.counts,
+        "error": run.error,
+        "url": f"/api/replays/{run.pk}/",
+        "page": f"/replays/{run.pk}/",
+    }
+
+
+def item_to_json(item: ReplayItem, with_diff: bool = False) -> dict[str, Any]:
+    data = {
+        "id": item.pk,
+        "original": item.original_id,
+        "replay": item.replay_id,
+        "changed": item.changed,
+        "kinds": item.kinds,
+        "error": item.error,
+        "links": {
+            "original": f"/api/calls/{item.original_id}/" if item.original_id else None,
+            "replay": f"/api/calls/{item.replay_id}/" if item.replay_id else None,
+            "diff": f"/api/replays/{item.run_id}/items/{item.pk}/",
+        },
+    }
+    if with_diff:
+        data["diff"] = item_diff(item)
+    return data
+
+
+def _selector(data: dict[str, Any]) -> dict[str, Any]:
+    given = [k for k in ("call", "calls", "pod", "filters") if k in data]
+    if len(given) != 1:
+        raise ValidationError({"selector": "give exactly one of call, calls, pod, filters"})
+    key = given[0]
+    value = data[key]
+    if key == "call" and not isinstance(value, int):
+        raise ValidationError({"call": "a call id"})
+    if key == "calls" and not (isinstance(value, list) and all(isinstance(v, int) for v in value) and len(value) <= 10_000):
+        raise ValidationError({"calls": "a list of at most 10000 call ids"})
+    if key == "pod" and not (isinstance(value, str) and value):
+        raise ValidationError({"pod": "namespace/name"})
+    if key == "filters":
+        if not isinstance(value, dict) or set(value) - FILTER_KEYS:
+            raise ValidationError({"filters": f"a mapping with keys among {', '.join(sorted(FILTER_KEYS))}"})
+    selector: dict[str, Any] = {key: value}
+    select_calls(selector).exists()  # a bad filter value is a 400 naming it
+    return selector
+
+
+def _rate(data: dict[str, Any]) -> float:
+    rate = data.get("rate", DEFAULT_RATE)
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate <= MAX_RATE:
+        raise ValidationError({"rate": f"calls per second, above 0 and at most {MAX_RATE:g}"})
+    return float(rate)
+
+
+@extend_schema(request=dict, responses={200: dict, 201: dict})
+@api_view(["GET", "POST"])
+@permission_classes([CanReplay])
+def replays(request):
+    if request.method == "GET":
+        runs = ReplayRun.objects.select_related("created_by")[:100]
+        return Response({"results": [run_to_json(r) for r in runs]})
+    data = request.data if isinstance(request.data, dict) else {}
+    selector = _selector(data)
+    try:
+        target = check(data.get("target") or {"kind": "configured"}, get_engine().config.policies)
+    except TargetError as exc:
+        raise ValidationError({"target": str(exc)}) from None
+    wait = bool(data.get("wait"))
+    if wait and "call" not in selector:
+        raise ValidationError({"wait": "only for one call; a batch runs in the background"})
+    run = ReplayRun.objects.create(
+        created_by=request.user, selector=selector, target=target,
+        allow_bind=bool(data.get("allow_bind")), rate=_rate(data),
+    )
+    if wait:
+        run_replay(run)
+        items = [item_to_json(i, with_diff=True) for i in run.items.all()]
+        return Response(dict(run_to_json(run), items=items), status=201)
+    if not get_worker().submit(run.pk):
+        run.status, run.error = "failed", "too many replays waiting; try again later"
+        run.save(update_fields=["status", "error"])
+        return Response({"detail": run.error, "run": run_to_json(run)}, status=429)
+    return Response(run_to_json(run), status=201)
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+@permission_classes([CanReplay])
+def replay_detail(request, pk: int):
+    run = get_object_or_404(ReplayRun, pk=pk)
+    items = run.items.all()
+    if request.query_params.get("changed"):
+        items = items.filter(changed=True)
+    try:
+        offset = max(0, int(request.query_params.get("offset") or 0))
+    except ValueError:
+        raise ValidationError({"offset": "a number"}) from None
+    page = [item_to_json(i) for i in items[offset : offset + ITEMS_PAGE]]
+    return Response(dict(run_to_json(run), items=page, items_offset=offset, items_page=ITEMS_PAGE))
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+@permission_classes([CanReplay])
+def replay_item(request, pk: int, item: int):
+    return Response(item_to_json(get_object_or_404(ReplayItem, pk=item, run_id=pk), with_diff=True))

@@ -1,0 +1,138 @@
+"""The decision diff: what changed between a recorded call and its replay.
+
+Both sides are what the recorder made of a call (outcome, error, and the decisions that the
+judges of `extproxy.semantics` produced from the replies), so a combined call's outcome is the
+scheduler's on both sides. Compared per (backend, node):
+
+* `passed->failed` and every other flip between passed, failed, unresolvable and scored
+  (a node only one side has is `added` or `removed`);
+* `reason`: same result, other reason; `score` (raw) and `weighted_score` changes;
+* `rank`: a node's place among the call's own scores (1 = best, ties share a place);
+* `winner`: the best-scored node(s) of the call itself (prioritize: what the extenders add
+  for the scheduler's choice), before and after;
+* `outcome` (ok, error, timeout; e.g. `outcome:ok->timeout`) and `error` text changes.
+
+Pure: no Django, no I/O. The per-node list is bounded (MAX_NODE_CHANGES); counts are not.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+MAX_NODE_CHANGES = 500
+
+
+@dataclass
+class Side:
+    """One side of the comparison: what the recorder stored for a call."""
+
+    backend: str  # the call's own backend ("combined" for the combined form)
+    verb: str
+    outcome: str
+    error: str
+    decisions: list[dict]
+
+
+@dataclass
+class Diff:
+    kinds: Counter = field(default_factory=Counter)  # kind -> number of nodes (or 1 for call-level)
+    nodes: list[dict] = field(default_factory=list)  # {"node","backend","kind","before","after"}
+    more_nodes: int = 0  # node changes past MAX_NODE_CHANGES, counted but not listed
+    outcome: dict | None = None
+    error: dict | None = None
+    winner: dict | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.kinds)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "changed": self.changed,
+            "kinds": dict(sorted(self.kinds.items())),
+            "outcome": self.outcome,
+            "error": self.error,
+            "winner": self.winner,
+            "nodes": self.nodes,
+            "more_nodes": self.more_nodes,
+        }
+
+    def _node(self, node: str, backend: str, kind: str, before: Any, after: Any) -> None:
+        self.kinds[kind] += 1
+        if len(self.nodes) < MAX_NODE_CHANGES:
+            self.nodes.append({"node": node, "backend": backend, "kind": kind, "before": before, "after": after})
+        else:
+            self.more_nodes += 1
+
+
+def _by_key(decisions: Iterable[dict]) -> dict[tuple[str, str], dict]:
+    return {(d.get("backend") or "", d.get("node") or ""): d for d in decisions}
+
+
+def ranks(decisions: Iterable[dict], backend: str) -> dict[str, int]:
+    """Competition ranking by weighted score (1 = best; equal scores share a place)."""
+    scores = {d["node"]: d.get("weighted_score") or 0 for d in decisions if d.get("backend") == backend and d.get("result") == "scored"}
+    ordered = sorted(scores.values(), reverse=True)
+    return {node: ordered.index(score) + 1 for node, score in scores.items()}
+
+
+def winners(decisions: Iterable[dict], backend: str) -> list[str]:
+    """The best-scored node(s) of `backend`'s scores; several on a tie (the scheduler then
+    picks one at random, after adding its own plugins' scores)."""
+    scores = {d["node"]: d.get("weighted_score") or 0 for d in decisions if d.get("backend") == backend and d.get("result") == "scored"}
+    if not scores:
+        return []
+    best = max(scores.values())
+    return sorted(node for node, score in scores.items() if score == best)
+
+
+def diff(before: Side, after: Side) -> Diff:
+    result = Diff()
+    if before.outcome != after.outcome:
+        result.outcome = {"before": before.outcome, "after": after.outcome}
+        result.kinds[f"outcome:{before.outcome}->{after.outcome}"] += 1
+    elif before.error != after.error:
+        result.error = {"before": before.error, "after": after.error}
+        result.kinds["error"] += 1
+    old, new = _by_key(before.decisions), _by_key(after.decisions)
+    for key in list(old) + [k for k in new if k not in old]:
+        _compare_node(result, key, old.get(key), new.get(key))
+    _compare_ranks(result, before, after)
+    return result
+
+
+def _compare_node(result: Diff, key: tuple[str, str], was: dict | None, now: dict | None) -> None:
+    backend, node = key
+    if was is None or now is None:
+        kind = "added" if was is None else "removed"
+        present = now if was is None else was
+        assert present is not None
+        result._node(node, backend, kind, None if was is None else was["result"], None if now is None else now["result"])
+        return
+    if was["result"] != now["result"]:
+        result._node(node, backend, f"{was['result']}->{now['result']}", was.get("reason"), now.get("reason"))
+        return
+    if (was.get("reason") or "") != (now.get("reason") or ""):
+        result._node(node, backend, "reason", was.get("reason"), now.get("reason"))
+    if was.get("score") != now.get("score"):
+        result._node(node, backend, "score", was.get("score"), now.get("score"))
+    if was.get("weighted_score") != now.get("weighted_score"):
+        result._node(node, backend, "weighted_score", was.get("weighted_score"), now.get("weighted_score"))
+
+
+def _compare_ranks(result: Diff, before: Side, after: Side) -> None:
+    if before.verb != "prioritize":
+        return
+    backends = {d.get("backend") for d in before.decisions + after.decisions if d.get("result") == "scored"}
+    for backend in sorted(b for b in backends if b):
+        old, new = ranks(before.decisions, backend), ranks(after.decisions, backend)
+        for node in old:
+            if node in new and old[node] != new[node]:
+                result._node(node, backend, "rank", old[node], new[node])
+    was, now = winners(before.decisions, before.backend), winners(after.decisions, after.backend)
+    if was != now:
+        result.winner = {"before": was, "after": now}
+        result.kinds["winner"] += 1
+    elif was:
+        result.winner = {"before": was, "after": now}  # unchanged, shown for context

@@ -1,0 +1,320 @@
+"""Re-runs recorded calls against a target and diffs the decisions.
+
+`Replayer` replays one original at a time: the restored request (bodies.py) goes through an
+Engine built for the target (targets.py) exactly as the scheduler's call went through the
+proxy (per-backend form: to the backend of that name, the request converted to its mode;
+combined form: every backend by the scheduler's rules), the reply is judged by the
+recorder's own `build_call` (semantics' judges), and the decisions are diffed (diff.py).
+Binds are skipped unless allowed: a replayed bind would bind a real pod.
+
+`run_replay` does a stored ReplayRun: selects the calls (iterated, never all in memory),
+replays them at most `rate` per second, records each replay as a Call linked to its original
+(`is_replay`, `replay_of`; not published to the live feed), stores a ReplayItem with the diff,
+and keeps the run's progress and counts by kind of change. Memory does not grow with the
+number of calls: one call, its replay and its diff at a time.
+
+The event loop is driven from synchronous code (run_until_complete per call), so the ORM is
+never used inside the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import msgspec
+
+from .. import protocol
+from ..bodies import request_of
+from ..config import BackendConfig, ProxyConfig, RedactionConfig
+from ..recorder import AttemptTracker, NodeDeduper, build_call, compress
+from . import diff as diffs
+from .targets import CaptureRecorder, TargetError, base_backend, replacing
+
+log = logging.getLogger(__name__)
+
+MAX_CALLS_PER_RUN = 100_000
+PROGRESS_EVERY = 0.5  # seconds between progress saves of a run
+
+
+@dataclass
+class Original:
+    """A recorded call as replay needs it: from the database or from a fixture."""
+
+    call_id: int | None
+    verb: str
+    backend: str
+    form: str
+    request: bytes
+    outcome: str
+    error: str
+    decisions: list[dict]
+    hint: dict[str, Any] = field(default_factory=dict)  # what a fixture recorded of the target
+
+    @classmethod
+    def from_call(cls, call) -> "Original":
+        return cls(call.pk, call.verb, call.backend, call.form, request_of(call).data, call.outcome, call.error,
+                   call.decisions())
+
+    @classmethod
+    def from_fixture(cls, data: dict[str, Any]) -> "Original":
+        from ..copyout import fixture_request_bytes
+
+        call = data["call"]
+        hint = dict(data.get("target") or {}, verb=call["verb"])
+        return cls(call.get("id"), call["verb"], call["backend"], call.get("form", "per-backend"),
+                   fixture_request_bytes(data), call["outcome"], call.get("error", ""), data.get("decisions") or [], hint)
+
+
+@dataclass
+class Result:
+    status: str  # "replayed", "skipped", "error"
+    original: Original
+    diff: diffs.Diff | None = None
+    call: Any = None  # the unsaved replay Call (replayed)
+    children: list = field(default_factory=list)
+    error: str = ""
+
+
+def node_objects_by_name(names: list[str]) -> dict[str, bytes]:
+    """The latest stored Node object of each name (to send full objects to a backend that needs
+    them when the recorded call had names only)."""
+    from ..models import NodeObject
+
+    found: dict[str, bytes] = {}
+    for start in range(0, len(names), 500):
+        rows = NodeObject.objects.filter(name__in=names[start : start + 500]).order_by("last_seen").values_list("name", "data")
+        for name, data in rows:
+            found[name] = zlib.decompress(bytes(data))
+    return found
+
+
+def in_mode(body: bytes, config: BackendConfig, verb: str) -> bytes | str:
+    """The request in the backend's mode (names or full Node objects), or why it cannot be."""
+    if verb not in ("filter", "prioritize"):
+        return body
+    try:
+        args = protocol.split_extender_args(body)
+    except protocol.ProtocolError:
+        return body  # sent as recorded: the backend's answer to it is what is compared
+    if config.node_cache_capable and args.items is not None:
+        return protocol.join_extender_args(args.pod_raw, names=args.node_names)
+    if not config.node_cache_capable and args.items is None:
+        objects = node_objects_by_name(args.node_names)
+        missing = [n for n in args.node_names if n not in objects]
+        if missing:
+            return f"the call had node names only and no Node object of {missing[0]!r} is stored"
+        return protocol.join_extender_args(args.pod_raw, items=[objects[n] for n in args.node_names])
+    return body
+
+
+class Replayer:
+    """Replays originals one by one against a target; records nothing itself."""
+
+    def __init__(self, target: dict[str, Any], config: ProxyConfig, allow_bind: bool = False) -> None:
+        self.target = target
+        self.config = config
+        self.allow_bind = allow_bind
+        self.loop = asyncio.new_event_loop()
+        self._engines: dict[str, Any] = {}
+        self._capture: dict[str, CaptureRecorder] = {}
+        self.redaction = config.redaction
+        self.nodes = NodeDeduper(config.redaction)
+        self.attempts = AttemptTracker(max_pods=1)
+
+    def engine_for(self, original: Original):
+        """The engine for this call: the configuration, with the target standing in for the
+        call's backend (per-backend) or for `target.replaces` (combined)."""
+        from ..engine import Engine
+
+        if self.target["kind"] == "configured":
+            key = ""
+        elif original.form == "combined":
+            key = self.target.get("replaces") or (self.config.backends[0].name if len(self.config.backends) == 1 else "")
+            if not key:
+                raise TargetError("target.replaces: name the backend the target stands in for in a combined call")
+        else:
+            key = original.backend
+        if key not in self._engines:
+            capture = CaptureRecorder()
+            config = self.config
+            if key:
+                base = base_backend(self.config, key, original.hint)
+                stand_in, policies = replacing(self.target, base, self.config.policies)
+                others = tuple(b for b in self.config.backends if b.name != key)
+                position = [b.name for b in self.config.backends].index(key) if self.config.backend(key) else len(others)
+                backends = others[:position] + (stand_in,) + others[position:]
+                config = ProxyConfig(backends=backends, policies={**self.config.policies, **policies},
+                                     redaction=self.config.redaction, parallel_filter=self.config.parallel_filter,
+                                     source="<replay>", kind="extproxy" if policies or self.config.kind != "default" else "default")
+            elif original.form != "combined" and self.config.backend(original.backend) is None and original.hint.get("url"):
+                stand_in = base_backend(self.config, original.backend, original.hint)
+                config = ProxyConfig(backends=self.config.backends + (stand_in,), policies=self.config.policies,
+                                     redaction=self.config.redaction, source="<replay>", kind=self.config.kind)
+            self._engines[key] = Engine(config, capture)  # type: ignore[arg-type]
+            self._capture[key] = capture
+        return self._engines[key], self._capture[key]
+
+    def replay(self, original: Original) -> Result:
+        if original.verb == "bind" and not self.allow_bind:
+            return Result("skipped", original, error="bind is not replayed unless allowed (it would bind the pod)")
+        try:
+            engine, capture = self.engine_for(original)
+            if original.form == "combined":
+                self.loop.run_until_complete(engine.combined(original.verb, original.request))
+            else:
+                backend = engine.backends.get(original.backend)
+                if backend is None:
+                    return Result("error", original, error=f"backend {original.backend!r} is not in the target")
+                verb_string = backend.config.verb_string(original.verb)
+                if not verb_string:
+                    return Result("error", original, error=f"backend {original.backend!r} has no {original.verb} verb")
+                body = in_mode(original.request, backend.config, original.verb)
+                if isinstance(body, str):
+                    return Result("error", original, error=body)
+                self.loop.run_until_complete(engine.per_backend(backend, original.verb, verb_string, body))
+            trace = capture.take()
+        except TargetError as exc:
+            return Result("error", original, error=str(exc))
+        call, children = build_call(trace, self.redaction, self.attempts, self.nodes)
+        before = diffs.Side(original.backend, original.verb, original.outcome, original.error, original.decisions)
+        after = diffs.Side(call.backend, call.verb, call.outcome, call.error, call.decisions())
+        return Result("replayed", original, diffs.diff(before, after), call, children)
+
+    def close(self) -> None:
+        for engine in self._engines.values():
+            self.loop.run_until_complete(engine.close())
+        self.loop.close()
+
+
+def iterate(results: Iterable[Result]) -> Iterator[Result]:
+    yield from results
+
+
+# --- stored runs -----------------------------------------------------------------------------
+
+
+def select_calls(selector: dict[str, Any]):
+    """The calls a selector names, oldest first (a queryset; iterate it, do not list it)."""
+    from ..api.filters import filter_calls
+    from ..models import Call
+
+    calls = Call.objects.filter(is_replay=False).order_by("started_at", "id")
+    if "call" in selector:
+        return calls.filter(pk=selector["call"])
+    if "calls" in selector:
+        return calls.filter(pk__in=list(selector["calls"])[:MAX_CALLS_PER_RUN])
+    filters = dict(selector.get("filters") or {})
+    if "pod" in selector:
+        filters["pod"] = selector["pod"]
+    return filter_calls(calls, filters)
+
+
+def store(result: Result, run, nodes: NodeDeduper) -> Any:
+    """Record the replay (linked to its original) and its ReplayItem, in one transaction."""
+    from django.db import transaction
+
+    from ..models import BackendCall, Call, NodeObject, ReplayItem
+
+    replay = None
+    with transaction.atomic():
+        if result.call is not None:
+            fresh, _ = nodes.take_batch()
+            if fresh:
+                NodeObject.objects.bulk_create(
+                    [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()],
+                    ignore_conflicts=True,
+                )
+            replay = result.call
+            replay.is_replay, replay.replay_of_id, replay.attempt = True, result.original.call_id, ""
+            replay.save()
+            for child in result.children:
+                child.call = replay
+            BackendCall.objects.bulk_create(result.children)
+        diff_json = result.diff.to_json() if result.diff else None
+        ReplayItem.objects.create(
+            run=run,
+            original_id=result.original.call_id,
+            replay=replay,
+            changed=bool(result.diff and result.diff.changed),
+            kinds=sorted(result.diff.kinds) if result.diff else [],
+            diff_blob=compress(msgspec.json.encode(diff_json)) if diff_json else b"",
+            error=result.error,
+        )
+    return replay
+
+
+class Progress:
+    """Counts of a run, saved to its row at most every PROGRESS_EVERY seconds."""
+
+    def __init__(self, run) -> None:
+        self.run = run
+        self.counts: Counter = Counter(run.counts or {})
+        self._saved = 0.0
+
+    def add(self, result: Result) -> None:
+        run = self.run
+        run.done += 1
+        if result.status == "skipped":
+            run.skipped += 1
+        elif result.status == "error":
+            run.errors += 1
+        elif result.diff is not None and result.diff.changed:
+            run.changed += 1
+            for kind in result.diff.kinds:  # calls per kind of change, not nodes
+                self.counts[kind] += 1
+
+    def save(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._saved < PROGRESS_EVERY:
+            return
+        self._saved = time.monotonic()
+        self.run.counts = dict(self.counts)
+        self.run.save(update_fields=["done", "changed", "errors", "skipped", "counts", "total", "status",
+                                     "started_at", "finished_at", "error"])
+
+
+def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Result], None] | None = None) -> None:
+    """Carry out a stored ReplayRun to the end (in the calling thread)."""
+    from django.utils import timezone
+
+    from ..engine import get_engine
+
+    config = config or get_engine().config
+    queryset = select_calls(run.selector)
+    run.total = min(queryset.count(), MAX_CALLS_PER_RUN)
+    run.status, run.started_at = "running", timezone.now()
+    progress = Progress(run)
+    progress.save(force=True)
+    replayer = Replayer(run.target, config, allow_bind=run.allow_bind)
+    interval = 1.0 / run.rate if run.rate and run.rate > 0 else 0.0
+    next_at = time.monotonic()
+    try:
+        for call in queryset[:MAX_CALLS_PER_RUN].iterator(chunk_size=100):
+            if interval:
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                next_at = max(next_at, time.monotonic() - 1.0) + interval  # at most a second of catch-up burst
+            result = replayer.replay(Original.from_call(call))
+            store(result, run, replayer.nodes)
+            progress.add(result)
+            if on_result is not None:
+                on_result(result)
+            progress.save()
+        run.status = "done"
+    except Exception as exc:  # the run ends, its progress so far stays; the process goes on
+        log.exception("replay run %s failed", run.pk)
+        run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
+    finally:
+        replayer.close()
+        run.finished_at = timezone.now()
+        progress.save(force=True)
+
+
+def item_diff(item) -> dict | None:
+    return json.loads(zlib.decompress(bytes(item.diff_blob))) if item.diff_blob else None
