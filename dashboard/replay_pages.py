@@ -1,4 +1,6 @@
-"""Dashboard pages of the replay lane: one call with its bodies and copy-out.
+"""Dashboard pages of the replay lane: one call with its bodies, copy-out and a replay button;
+the replays (start a batch, list runs); one run with live progress, counts by kind of change
+and each call's diff.
 
 The call page shows what the scheduler sent and what came back (pretty, cut at
 bodies.PRETTY_LIMIT, with downloads of the whole bodies), what redaction changed, each
@@ -7,11 +9,17 @@ extproxy.bodies and extproxy.copyout; rendering is autoescaped.
 """
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404, render
+from typing import Any
+
+import yaml
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+from rest_framework.exceptions import ValidationError
 
 from extproxy import copyout
 from extproxy.bodies import request_of, response_of
-from extproxy.models import Call
+from extproxy.models import Call, Outcome, ReplayRun, Verb
+from extproxy.replay.runner import item_diff
 from extproxy.roles import Perm, requires
 
 bodies_required = requires(Perm.VIEW_BODIES)  # the call page shows bodies
@@ -39,5 +47,103 @@ def call(request, pk: int):
         "parts": parts,
         "curl": copyout.curl_command(request_body, url) if url and len(request_body.data) <= 1024 * 1024 else "",
         "curl_url": url,
+        "can_replay": request.user.has_perm(Perm.REPLAY_CALLS),
+        "replays": ReplayRun.objects.filter(items__original=record).distinct()[:20],
     }
     return render(request, "dashboard/call.html", context)
+
+
+# --- replays ---------------------------------------------------------------------------------
+
+TARGET_FIELDS = {"filter_verb": "filterVerb", "prioritize_verb": "prioritizeVerb", "preempt_verb": "preemptVerb",
+                 "bind_verb": "bindVerb", "weight": "weight", "http_timeout": "httpTimeout", "replaces": "replaces"}
+FILTER_FIELDS = ("since", "until", "backend", "verb", "outcome", "namespace", "pod")
+ITEMS_SHOWN = 200
+
+
+def _target_from_form(post) -> dict[str, Any]:
+    kind = post.get("target_kind") or "configured"
+    target: dict[str, Any] = {"kind": kind}
+    if kind == "url":
+        target["url"] = post.get("url", "")
+    elif kind == "policy":
+        if post.get("rules", "").strip():
+            try:
+                target["rules"] = yaml.safe_load(post["rules"])
+            except yaml.YAMLError as exc:
+                raise ValidationError({"rules": f"not YAML or JSON: {exc}"}) from None
+        else:
+            target["policy"] = post.get("policy", "")
+    for field, key in TARGET_FIELDS.items():
+        value = post.get(field, "").strip()
+        if value:
+            target[key] = int(value) if key == "weight" and value.lstrip("-").isdigit() else value
+    if post.get("node_cache_capable") in ("true", "false"):
+        target["nodeCacheCapable"] = post["node_cache_capable"] == "true"
+    return target
+
+
+def _start_from_form(request, data: dict[str, Any]) -> ReplayRun | dict:
+    """The run started, or what was wrong ({field: problem})."""
+    from extproxy.api.replays import start
+
+    try:
+        data = dict(data, target=_target_from_form(request.POST), allow_bind=bool(request.POST.get("allow_bind")))
+        run, status = start(data, request.user)
+    except ValidationError as exc:
+        return exc.detail if isinstance(exc.detail, dict) else {"replay": exc.detail}
+    if status == 429:
+        return {"busy": run.error}
+    return run
+
+
+@replay_required
+@require_POST
+def call_replay(request, pk: int):
+    record = get_object_or_404(Call, pk=pk)
+    run = _start_from_form(request, {"call": record.pk, "wait": True})
+    if not isinstance(run, ReplayRun):
+        return render(request, "dashboard/replay_refused.html", {"errors": run}, status=400)
+    return redirect("dashboard:replay", pk=run.pk)
+
+
+@replay_required
+def replays(request):
+    if request.method == "POST":
+        filters = {k: request.POST[k] for k in FILTER_FIELDS if request.POST.get(k, "").strip()}
+        data: dict[str, Any] = {"filters": filters}
+        try:
+            data["rate"] = float(request.POST.get("rate") or 20)
+        except ValueError:
+            data["rate"] = -1.0  # refused by the rate check, with its message
+        run = _start_from_form(request, data)
+        if not isinstance(run, ReplayRun):
+            return render(request, "dashboard/replay_refused.html", {"errors": run}, status=400)
+        return redirect("dashboard:replay", pk=run.pk)
+    context = {
+        "runs": ReplayRun.objects.select_related("created_by")[:50],
+        "verbs": Verb.values, "outcomes": Outcome.values,
+    }
+    return render(request, "dashboard/replays.html", context)
+
+
+@replay_required
+def replay(request, pk: int):
+    run = get_object_or_404(ReplayRun, pk=pk)
+    kind = request.GET.get("kind", "")
+    items = run.items.filter(changed=True) if kind or request.GET.get("changed") else run.items.all()
+    shown = []
+    for item in items.iterator(chunk_size=200):
+        if kind and kind not in item.kinds:
+            continue
+        shown.append({"item": item, "diff": item_diff(item)})
+        if len(shown) >= ITEMS_SHOWN:
+            break
+    context = {"run": run, "items": shown, "kind": kind, "counts": sorted(run.counts.items()),
+               "running": run.status in ("queued", "running")}
+    if request.htmx and request.htmx.target == "progress":
+        response = render(request, "dashboard/_replay_progress.html", context)
+        if not context["running"]:
+            response["HX-Refresh"] = "true"  # finished: reload once for the whole list of calls
+        return response
+    return render(request, "dashboard/replay.html", context)

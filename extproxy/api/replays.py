@@ -111,6 +111,18 @@ def replays(request):
         runs = ReplayRun.objects.select_related("created_by")[:100]
         return Response({"results": [run_to_json(r) for r in runs]})
     data = request.data if isinstance(request.data, dict) else {}
+    run, status = start(data, request.user)
+    if status == 429:
+        return Response({"detail": run.error, "run": run_to_json(run)}, status=429)
+    body = run_to_json(run)
+    if run.status == "done" and data.get("wait"):
+        body["items"] = [item_to_json(i, with_diff=True) for i in run.items.all()]
+    return Response(body, status=201)
+
+
+def start(data: dict[str, Any], user) -> tuple[ReplayRun, int]:
+    """Check a replay request, store its run and start it: (run, 201), or (run, 429) when too
+    many runs wait. `wait` (one call only) runs it here. ValidationError for bad input."""
     selector = _selector(data)
     try:
         target = check(data.get("target") or {"kind": "configured"}, get_engine().config.policies)
@@ -120,18 +132,16 @@ def replays(request):
     if wait and "call" not in selector:
         raise ValidationError({"wait": "only for one call; a batch runs in the background"})
     run = ReplayRun.objects.create(
-        created_by=request.user, selector=selector, target=target,
-        allow_bind=bool(data.get("allow_bind")), rate=_rate(data),
+        created_by=user, selector=selector, target=target, allow_bind=bool(data.get("allow_bind")), rate=_rate(data),
     )
     if wait:
         run_replay(run)
-        items = [item_to_json(i, with_diff=True) for i in run.items.all()]
-        return Response(dict(run_to_json(run), items=items), status=201)
+        return run, 201
     if not get_worker().submit(run.pk):
         run.status, run.error = "failed", "too many replays waiting; try again later"
         run.save(update_fields=["status", "error"])
-        return Response({"detail": run.error, "run": run_to_json(run)}, status=429)
-    return Response(run_to_json(run), status=201)
+        return run, 429
+    return run, 201
 
 
 @extend_schema(responses={200: dict})
