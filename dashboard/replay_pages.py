@@ -13,7 +13,6 @@ from typing import Any
 
 import yaml
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
 from rest_framework.exceptions import ValidationError
 
 from extproxy import copyout
@@ -98,24 +97,18 @@ def _start_from_form(request, data: dict[str, Any]) -> ReplayRun | dict:
 
 
 @replay_required
-@require_POST
-def call_replay(request, pk: int):
-    record = get_object_or_404(Call, pk=pk)
-    run = _start_from_form(request, {"call": record.pk, "wait": True})
-    if not isinstance(run, ReplayRun):
-        return render(request, "dashboard/replay_refused.html", {"errors": run}, status=400)
-    return redirect("dashboard:replay", pk=run.pk)
-
-
-@replay_required
 def replays(request):
     if request.method == "POST":
-        filters = {k: request.POST[k] for k in FILTER_FIELDS if request.POST.get(k, "").strip()}
-        data: dict[str, Any] = {"filters": filters}
-        try:
-            data["rate"] = float(request.POST.get("rate") or 20)
-        except ValueError:
-            data["rate"] = -1.0  # refused by the rate check, with its message
+        data: dict[str, Any]
+        if request.POST.get("call", "").isdigit():  # one call, from its page: done before answering
+            data = {"call": int(request.POST["call"]), "wait": True}
+        else:
+            filters = {k: request.POST[k] for k in FILTER_FIELDS if request.POST.get(k, "").strip()}
+            data = {"filters": filters}
+            try:
+                data["rate"] = float(request.POST.get("rate") or 20)
+            except ValueError:
+                data["rate"] = -1.0  # refused by the rate check, with its message
         run = _start_from_form(request, data)
         if not isinstance(run, ReplayRun):
             return render(request, "dashboard/replay_refused.html", {"errors": run}, status=400)

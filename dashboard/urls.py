@@ -14,7 +14,6 @@ urlpatterns = [
     path("pending/", views.pending, name="pending"),
     path("audit/", audit_views.audit, name="audit"),
     path("calls/<int:pk>/", replay_pages.call, name="call"),
-    path("calls/<int:pk>/replay/", replay_pages.call_replay, name="call-replay"),
     path("replays/", replay_pages.replays, name="replays"),
     path("replays/<int:pk>/", replay_pages.replay, name="replay"),
 ]

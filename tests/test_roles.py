@@ -26,6 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 EVERYONE = {"viewer", "developer", "auditor", "admin", "superuser"}
 AUDITORS = {"auditor", "admin", "superuser"}
+DEVELOPERS = {"developer", "admin", "superuser"}
 # Who is tried: no login, a user without a role, each role, and a superuser.
 PERSONAS = ["anonymous", "norole", "viewer", "developer", "auditor", "admin", "superuser"]
 
@@ -48,6 +49,20 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "backends/": ("/backends/", EVERYONE),
     "pending/": ("/pending/", EVERYONE),
     "audit/": ("/audit/", AUDITORS),
+    # replay lane: bodies and copy-out (view_bodies), replays (replay_calls)
+    "api/calls/<int:pk>/request": ("/api/calls/{call}/request", DEVELOPERS),
+    "api/calls/<int:pk>/response": ("/api/calls/{call}/response", DEVELOPERS),
+    "api/calls/<int:pk>/backend-calls/<int:bc>/request": ("/api/calls/{combined}/backend-calls/{part}/request", DEVELOPERS),
+    "api/calls/<int:pk>/backend-calls/<int:bc>/response": ("/api/calls/{combined}/backend-calls/{part}/response", DEVELOPERS),
+    "api/calls/<int:pk>/curl": ("/api/calls/{call}/curl?url=http://127.0.0.1:9/filter", DEVELOPERS),
+    "api/calls/<int:pk>/fixture": ("/api/calls/{call}/fixture", DEVELOPERS),
+    "api/fixtures/": ("/api/fixtures/", DEVELOPERS),
+    "api/replays/": ("/api/replays/", DEVELOPERS),
+    "api/replays/<int:pk>/": ("/api/replays/{replay}/", DEVELOPERS),
+    "api/replays/<int:pk>/items/<int:item>/": ("/api/replays/{replay}/items/{item}/", DEVELOPERS),
+    "calls/<int:pk>/": ("/calls/{call}/", DEVELOPERS),
+    "replays/": ("/replays/", DEVELOPERS),
+    "replays/<int:pk>/": ("/replays/{replay}/", DEVELOPERS),
 }
 # Routes anyone may reach, and why.
 PUBLIC = {
@@ -158,7 +173,16 @@ def records():
     from extproxy.models import AuditEvent, Export
 
     Export.objects.create(export_id="e-1", kind="calls", format="csv", started_at=timezone.now(), manifest={"records": 0})
-    return {"call": stored[0]["id"], "audit": AuditEvent.objects.get(action="test").pk, "export": "e-1"}
+    from extproxy.models import Call, ReplayItem, ReplayRun
+
+    combined = Recorder(RecordingConfig(), RedactionConfig()).write_batch(
+        [make_trace(form="combined", backend="combined", backend_calls=[make_trace()])]
+    )[0]["id"]
+    run = ReplayRun.objects.create(selector={"call": stored[0]["id"]}, status="done")
+    item = ReplayItem.objects.create(run=run, original_id=stored[0]["id"])
+    return {"call": stored[0]["id"], "audit": AuditEvent.objects.get(action="test").pk, "export": "e-1",
+            "combined": combined, "part": Call.objects.get(pk=combined).backend_calls.get().pk,
+            "replay": run.pk, "item": item.pk}
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))

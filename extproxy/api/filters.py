@@ -83,8 +83,10 @@ class CallFilter(df.FilterSet):
     def filter_queryset(self, queryset: QuerySet) -> QuerySet:
         queryset = super().filter_queryset(queryset)
         replays = self.form.cleaned_data.get("replays") or "exclude"
-        if replays != "include":  # replays stay out of the operators' views unless asked for
-            queryset = queryset.filter(is_replay=(replays == "only"))
+        view = (getattr(self.request, "parser_context", None) or {}).get("view")
+        one_call = getattr(view, "action", None) == "retrieve"  # a replay is reachable by its id
+        if replays != "include" and not (one_call and replays == "exclude"):
+            queryset = queryset.filter(is_replay=(replays == "only"))  # out of listings unless asked for
         node, verdict = self.form.cleaned_data.get("node"), self.form.cleaned_data.get("verdict")
         if verdict and not node:
             raise ValidationError({"verdict": ["needs node: the verdict given to which node?"]})

@@ -1,5 +1,5 @@
 """API routes, namespaced "api"."""
-from django.urls import include, path, re_path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
@@ -15,12 +15,15 @@ router.register("audit", AuditEventViewSet, basename="audit")
 
 urlpatterns = [
     path("auth/token/", token_login, name="token"),
-    # replay lane: bodies, copy-out
-    re_path(r"^calls/(?P<pk>\d+)/(?P<which>request|response)/?$", bodies.call_body, name="call-body"),
-    re_path(r"^calls/(?P<pk>\d+)/backend-calls/(?P<bc>\d+)/(?P<which>request|response)/?$",
-            bodies.backend_call_body, name="backend-call-body"),
-    re_path(r"^calls/(?P<pk>\d+)/curl/?$", bodies.call_curl, name="call-curl"),
-    re_path(r"^calls/(?P<pk>\d+)/fixture/?$", bodies.call_fixture, name="call-fixture"),
+    # replay lane: bodies, copy-out, replays
+    path("calls/<int:pk>/request", bodies.call_body, {"which": "request"}, name="call-request"),
+    path("calls/<int:pk>/response", bodies.call_body, {"which": "response"}, name="call-response"),
+    path("calls/<int:pk>/backend-calls/<int:bc>/request", bodies.backend_call_body, {"which": "request"},
+         name="backend-call-request"),
+    path("calls/<int:pk>/backend-calls/<int:bc>/response", bodies.backend_call_body, {"which": "response"},
+         name="backend-call-response"),
+    path("calls/<int:pk>/curl", bodies.call_curl, name="call-curl"),
+    path("calls/<int:pk>/fixture", bodies.call_fixture, name="call-fixture"),
     path("fixtures/", bodies.fixtures, name="fixtures"),
     path("replays/", replays.replays, name="replays"),
     path("replays/<int:pk>/", replays.replay_detail, name="replay"),
