@@ -26,6 +26,7 @@ def user_client(role: str) -> requests.Session:
     user.groups.add(Group.objects.get(name=role))
     session = requests.Session()
     session.headers["Authorization"] = f"Token {Token.objects.create(user=user).key}"
+    session.username = user.username  # type: ignore[attr-defined]
     return session
 
 

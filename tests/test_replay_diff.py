@@ -64,9 +64,9 @@ def test_it_shares_ranks_on_ties_and_lists_every_tied_winner():
     "was, now, kind",
     [("ok", "error", "outcome:ok->error"), ("ok", "timeout", "outcome:ok->timeout"), ("error", "ok", "outcome:error->ok")],
 )
-def test_it_reports_outcome_changes(was, now, kind):
-    result = diff(side([d("a", "passed")], outcome=was), side([] if now != "ok" else [d("a", "passed")], outcome=now))
-    assert result.outcome == {"before": was, "after": now} and kind in result.kinds
+def test_it_reports_outcome_changes_and_nothing_else_then(was, now, kind):
+    result = diff(side([d("a", "passed")] if was == "ok" else [], outcome=was), side([d("a", "passed")] if now == "ok" else [], outcome=now))
+    assert result.outcome == {"before": was, "after": now} and dict(result.kinds) == {kind: 1} and result.nodes == []
 
 
 def test_it_reports_a_changed_error_text():

@@ -10,7 +10,8 @@ scheduler's on both sides. Compared per (backend, node):
 * `rank`: a node's place among the call's own scores (1 = best, ties share a place);
 * `winner`: the best-scored node(s) of the call itself (prioritize: what the extenders add
   for the scheduler's choice), before and after;
-* `outcome` (ok, error, timeout; e.g. `outcome:ok->timeout`) and `error` text changes.
+* `outcome` (ok, error, timeout; e.g. `outcome:ok->timeout`; then nothing else is compared, as
+  the scheduler drops a failed reply whole) and `error` text changes.
 
 Pure: no Django, no I/O. The per-node list is bounded (MAX_NODE_CHANGES); counts are not.
 """
@@ -90,9 +91,12 @@ def winners(decisions: Iterable[dict], backend: str) -> list[str]:
 def diff(before: Side, after: Side) -> Diff:
     result = Diff()
     if before.outcome != after.outcome:
+        # The call itself went another way: its nodes' verdicts on the failing side are not the
+        # scheduler's (it drops a failed reply whole), so they are not compared one by one.
         result.outcome = {"before": before.outcome, "after": after.outcome}
         result.kinds[f"outcome:{before.outcome}->{after.outcome}"] += 1
-    elif before.error != after.error:
+        return result
+    if before.error != after.error:
         result.error = {"before": before.error, "after": after.error}
         result.kinds["error"] += 1
     old, new = _by_key(before.decisions), _by_key(after.decisions)

@@ -25,7 +25,7 @@ import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable
 
 import msgspec
 
@@ -177,7 +177,12 @@ class Replayer:
                 body = in_mode(original.request, backend.config, original.verb)
                 if isinstance(body, str):
                     return Result("error", original, error=body)
-                self.loop.run_until_complete(engine.per_backend(backend, original.verb, verb_string, body))
+                answer = self.loop.run_until_complete(engine.per_backend(backend, original.verb, verb_string, body))
+                stream = getattr(answer, "stream", None)
+                if stream is not None:  # a reply over EXTPROXY_MAX_REPLY_BYTES: recorded once passed on
+                    self.loop.run_until_complete(_drain(stream))
+            if not capture.traces:
+                return Result("error", original, error="the replay left no trace to judge")
             trace = capture.take()
         except TargetError as exc:
             return Result("error", original, error=str(exc))
@@ -192,8 +197,9 @@ class Replayer:
         self.loop.close()
 
 
-def iterate(results: Iterable[Result]) -> Iterator[Result]:
-    yield from results
+async def _drain(stream) -> None:
+    async for _ in stream:
+        pass
 
 
 # --- stored runs -----------------------------------------------------------------------------
