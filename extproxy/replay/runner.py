@@ -165,8 +165,9 @@ class Replayer:
             return Result("skipped", original, error="bind is not replayed unless allowed (it would bind the pod)")
         try:
             engine, capture = self.engine_for(original)
+            verb = protocol.Verb(original.verb)
             if original.form == "combined":
-                self.loop.run_until_complete(engine.combined(original.verb, original.request))
+                self.loop.run_until_complete(engine.combined(verb, original.request))
             else:
                 backend = engine.backends.get(original.backend)
                 if backend is None:
@@ -177,7 +178,7 @@ class Replayer:
                 body = in_mode(original.request, backend.config, original.verb)
                 if isinstance(body, str):
                     return Result("error", original, error=body)
-                answer = self.loop.run_until_complete(engine.per_backend(backend, original.verb, verb_string, body))
+                answer = self.loop.run_until_complete(engine.per_backend(backend, verb, verb_string, body))
                 stream = getattr(answer, "stream", None)
                 if stream is not None:  # a reply over EXTPROXY_MAX_REPLY_BYTES: recorded once passed on
                     self.loop.run_until_complete(_drain(stream))
