@@ -51,6 +51,7 @@ bench: migrate browser
 	$(PY) bench/feed.py
 	$(PY) bench/export_bench.py
 	$(PY) bench/pages.py
+	$(PY) bench/shadow_bench.py
 
 clean:
 	rm -rf $(VENV) var

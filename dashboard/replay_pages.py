@@ -1,6 +1,6 @@
 """Dashboard pages of the replay lane: one call with its bodies, copy-out and a replay button;
 the replays (start a batch, list runs); one run with live progress, counts by kind of change
-and each call's diff.
+and each call's diff; the shadow backends' live diff against their primaries.
 
 The call page shows what the scheduler sent and what came back (pretty, cut at
 bodies.PRETTY_LIMIT, with downloads of the whole bodies), what redaction changed, each
@@ -140,3 +140,14 @@ def replay(request, pk: int):
             response["HX-Refresh"] = "true"  # finished: reload once for the whole list of calls
         return response
     return render(request, "dashboard/replay.html", context)
+
+
+@requires(Perm.VIEW_CALLS)
+def shadows(request):
+    """The shadow backends' live diff against their primaries (refreshed by htmx)."""
+    from extproxy.shadow import current_stats
+
+    context = {"stats": current_stats()}
+    if request.htmx:
+        return render(request, "dashboard/_shadows.html", context)
+    return render(request, "dashboard/shadows.html", context)

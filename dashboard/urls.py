@@ -16,4 +16,5 @@ urlpatterns = [
     path("calls/<int:pk>/", replay_pages.call, name="call"),
     path("replays/", replay_pages.replays, name="replays"),
     path("replays/<int:pk>/", replay_pages.replay, name="replay"),
+    path("shadows/", replay_pages.shadows, name="shadows"),
 ]

@@ -30,6 +30,7 @@ from .policies import default_policy, parse_policy
 from .protocol import Reply, Verb
 from .ratelog import RateLimitedLog
 from .recorder import Recorder, Trace
+from .shadow import shadow_mirror
 
 log = logging.getLogger(__name__)
 _ratelog = RateLimitedLog(log)
@@ -71,6 +72,7 @@ class Engine:
         else:
             policies = {name: parse_policy(name, data) for name, data in config.policies.items()}
         self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
+        self.mirror = shadow_mirror(config, policies)  # None without shadow backends
         self._combined = Combined(self.backends, parallel_filter=config.parallel_filter)
         self.offload_bytes = int(getattr(settings, "EXTPROXY_OFFLOAD_BYTES", 1024 * 1024))
 
@@ -87,6 +89,8 @@ class Engine:
             return answer
         metrics.BACKEND_DURATION.labels(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
         self.recorder.submit(trace)
+        if self.mirror is not None:  # a copy for the shadows: queued, sent off the hot path
+            self.mirror.offer(trace)
         return answer
 
     async def _pass_on(self, exchange: Exchange, rest: AsyncGenerator[bytes, None], trace: Trace) -> AsyncGenerator[bytes, None]:
@@ -138,6 +142,9 @@ class Engine:
                 backend_calls=children,
             )
         )
+        if self.mirror is not None:  # each backend's part, for its shadows
+            for child in children:
+                self.mirror.offer(child)
         return Answer.of(reply)
 
     @staticmethod
@@ -145,6 +152,8 @@ class Engine:
         return protocol.encode_failure(verb, semantics.go_format_safe(f"extproxy: {reason}"))
 
     async def close(self) -> None:
+        if self.mirror is not None:
+            self.mirror.stop()
         self._combined.close()
         for backend in self.backends.values():
             await backend.close()

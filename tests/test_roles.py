@@ -63,6 +63,8 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "calls/<int:pk>/": ("/calls/{call}/", DEVELOPERS),
     "replays/": ("/replays/", DEVELOPERS),
     "replays/<int:pk>/": ("/replays/{replay}/", DEVELOPERS),
+    "shadows/": ("/shadows/", EVERYONE),
+    "api/shadows/": ("/api/shadows/", EVERYONE),
 }
 # Routes anyone may reach, and why.
 PUBLIC = {

@@ -7,6 +7,7 @@ developer role): a replay sends recorded requests to backends and any URL given.
     GET  /api/replays/      runs, newest first
     GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=)
     GET  /api/replays/<id>/items/<item>/   one item with its whole diff
+    GET  /api/shadows/      the shadow backends' live diff against their primaries (any role)
 """
 from __future__ import annotations
 
@@ -165,3 +166,13 @@ def replay_detail(request, pk: int):
 @permission_classes([CanReplay])
 def replay_item(request, pk: int, item: int):
     return Response(item_to_json(get_object_or_404(ReplayItem, pk=item, run_id=pk), with_diff=True))
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+@permission_classes([needs(Perm.VIEW_CALLS)])
+def shadows(request):
+    """The shadow backends' figures in this process: calls compared, differing, dropped, examples."""
+    from ..shadow import current_stats
+
+    return Response({"results": current_stats()})

@@ -66,6 +66,7 @@ class BackendConfig:
     node_cache_capable: bool = False
     managed_resources: tuple[ManagedResource, ...] = ()
     ignorable: bool = False
+    shadow_of: str = ""  # a shadow of that backend: gets a copy of its calls, never the scheduler's (shadow.py)
 
     @classmethod
     def as_recorded(
@@ -161,6 +162,7 @@ class ProxyConfig:
     parallel_filter: bool = False
     source: str = "<default>"
     kind: str = "default"
+    shadows: tuple[BackendConfig, ...] = ()  # backends with shadowOf: outside the scheduler's chain
 
     def backend(self, name: str) -> BackendConfig | None:
         for backend in self.backends:
