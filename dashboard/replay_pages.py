@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from rest_framework.exceptions import ValidationError
 
 from extproxy import copyout
+from extproxy.api.bodies import object_or_404
 from extproxy.bodies import request_of, response_of
 from extproxy.models import Call, Outcome, ReplayRun, Verb
 from extproxy.replay.runner import item_diff
@@ -32,7 +33,7 @@ def _body_context(body) -> dict:
 
 @bodies_required
 def call(request, pk: int):
-    record = get_object_or_404(Call, pk=pk)
+    record = object_or_404(Call, pk=pk)
     request_body = request_of(record)
     url = copyout.original_url(record, request.build_absolute_uri("/"))
     parts = []
@@ -122,7 +123,7 @@ def replays(request):
 
 @replay_required
 def replay(request, pk: int):
-    run = get_object_or_404(ReplayRun, pk=pk)
+    run = object_or_404(ReplayRun, pk=pk)
     kind = request.GET.get("kind", "")
     items = run.items.filter(changed=True) if kind or request.GET.get("changed") else run.items.all()
     shown = []

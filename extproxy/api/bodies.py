@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Iterator
 
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.decorators import api_view, permission_classes
@@ -31,11 +31,24 @@ from .permissions import needs
 CanViewBodies = needs(Perm.VIEW_BODIES)
 
 MAX_MARK_HEADERS = 20
+MAX_ID = 2**63 - 1  # larger ids cannot be in the database (and SQLite cannot even be asked)
+TRUE = ("1", "true", "yes", "on")
+
+
+def object_or_404(model, **lookup):
+    """get_object_or_404, with an id too large for the database a 404 too."""
+    if any(isinstance(v, int) and v > MAX_ID for v in lookup.values()):
+        raise Http404(f"no such {model.__name__}")
+    return get_object_or_404(model, **lookup)
+
+
+def flag(params, name: str) -> bool:
+    return (params.get(name) or "").lower() in TRUE
 FIXTURE_SET_LIMIT = 100_000  # calls per /api/fixtures/ answer; narrow the filters for more
 
 
 def body_response(body: Body, name: str, params) -> HttpResponse:
-    if params.get("pretty"):
+    if flag(params, "pretty"):
         text, _ = body.pretty(limit=len(body.data))
         response = HttpResponse(text.encode(), content_type="application/json; charset=utf-8")
     else:
@@ -44,7 +57,7 @@ def body_response(body: Body, name: str, params) -> HttpResponse:
     response["X-Extproxy-Marks"] = json.dumps(body.marks[:MAX_MARK_HEADERS])
     if body.status is not None:
         response["X-Extproxy-Backend-Status"] = str(body.status)
-    if params.get("download"):
+    if flag(params, "download"):
         response["Content-Disposition"] = f'attachment; filename="{name}.json"'
     return response
 
@@ -59,7 +72,7 @@ BODY_PARAMETERS = [
 @api_view(["GET"])
 @permission_classes([CanViewBodies])
 def call_body(request, pk: int, which: str):
-    call = get_object_or_404(Call, pk=pk)
+    call = object_or_404(Call, pk=pk)
     body = request_of(call) if which == "request" else response_of(call)
     return body_response(body, f"call-{pk}-{which}", request.query_params)
 
@@ -68,7 +81,7 @@ def call_body(request, pk: int, which: str):
 @api_view(["GET"])
 @permission_classes([CanViewBodies])
 def backend_call_body(request, pk: int, bc: int, which: str):
-    part = get_object_or_404(BackendCall, pk=bc, call_id=pk)
+    part = object_or_404(BackendCall, pk=bc, call_id=pk)
     body = request_of(part) if which == "request" else response_of(part)
     return body_response(body, f"call-{pk}-{part.backend}-{which}", request.query_params)
 
@@ -80,7 +93,7 @@ def backend_call_body(request, pk: int, bc: int, which: str):
 @api_view(["GET"])
 @permission_classes([CanViewBodies])
 def call_curl(request, pk: int):
-    call = get_object_or_404(Call, pk=pk)
+    call = object_or_404(Call, pk=pk)
     url = request.query_params.get("url") or copyout.original_url(call, request.build_absolute_uri("/"))
     if not url:
         return HttpResponse(
@@ -95,7 +108,7 @@ def call_curl(request, pk: int):
 @api_view(["GET"])
 @permission_classes([CanViewBodies])
 def call_fixture(request, pk: int):
-    call = get_object_or_404(Call, pk=pk)
+    call = object_or_404(Call, pk=pk)
     response = HttpResponse(json.dumps(copyout.fixture(call), indent=1), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="call-{pk}.fixture.json"'
     return response

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.exceptions import ValidationError
@@ -25,6 +24,7 @@ from ..replay.runner import item_diff, run_replay, select_calls
 from ..replay.targets import TargetError, check
 from ..replay.worker import get_worker
 from ..roles import Perm
+from .bodies import MAX_ID, object_or_404
 from .permissions import needs
 
 MAX_RATE = 200.0  # calls per second a run may ask for
@@ -83,18 +83,22 @@ def _selector(data: dict[str, Any]) -> dict[str, Any]:
         raise ValidationError({"selector": "give exactly one of call, calls, pod, filters"})
     key = given[0]
     value = data[key]
-    if key == "call" and not isinstance(value, int):
+    if key == "call" and not _is_id(value):
         raise ValidationError({"call": "a call id"})
-    if key == "calls" and not (isinstance(value, list) and all(isinstance(v, int) for v in value) and len(value) <= 10_000):
+    if key == "calls" and not (isinstance(value, list) and all(_is_id(v) for v in value) and len(value) <= 10_000):
         raise ValidationError({"calls": "a list of at most 10000 call ids"})
     if key == "pod" and not (isinstance(value, str) and value):
         raise ValidationError({"pod": "namespace/name"})
     if key == "filters":
-        if not isinstance(value, dict) or set(value) - FILTER_KEYS:
-            raise ValidationError({"filters": f"a mapping with keys among {', '.join(sorted(FILTER_KEYS))}"})
+        if not isinstance(value, dict) or set(value) - FILTER_KEYS or not all(isinstance(v, str) for v in value.values()):
+            raise ValidationError({"filters": f"a mapping of strings with keys among {', '.join(sorted(FILTER_KEYS))}"})
     selector: dict[str, Any] = {key: value}
     select_calls(selector).exists()  # a bad filter value is a 400 naming it
     return selector
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID
 
 
 def _rate(data: dict[str, Any]) -> float:
@@ -149,7 +153,7 @@ def start(data: dict[str, Any], user) -> tuple[ReplayRun, int]:
 @api_view(["GET"])
 @permission_classes([CanReplay])
 def replay_detail(request, pk: int):
-    run = get_object_or_404(ReplayRun, pk=pk)
+    run = object_or_404(ReplayRun, pk=pk)
     items = run.items.all()
     if request.query_params.get("changed"):
         items = items.filter(changed=True)
@@ -165,7 +169,7 @@ def replay_detail(request, pk: int):
 @api_view(["GET"])
 @permission_classes([CanReplay])
 def replay_item(request, pk: int, item: int):
-    return Response(item_to_json(get_object_or_404(ReplayItem, pk=item, run_id=pk), with_diff=True))
+    return Response(item_to_json(object_or_404(ReplayItem, pk=item, run_id=pk), with_diff=True))
 
 
 @extend_schema(responses={200: dict})

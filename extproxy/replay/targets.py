@@ -54,13 +54,18 @@ def check(target: dict[str, Any], policies: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(target, dict) or target.get("kind", "configured") not in KINDS:
         raise TargetError(f"target.kind must be one of {', '.join(KINDS)}")
     target = {"kind": "configured", **target}
+    if "replaces" in target and not isinstance(target["replaces"], str):
+        raise TargetError("target.replaces: a backend name")
     if target["kind"] == "url" and not isinstance(target.get("url"), str):
         raise TargetError("target.url: required for kind url (the extender's urlPrefix)")
     if target["kind"] == "policy" and ("policy" in target) == ("rules" in target):
         raise TargetError("target: kind policy needs either policy (a configured policy's name) or rules")
     if target["kind"] != "configured":
         sample = BackendConfig(name="check", filter_verb="filter", prioritize_verb="prioritize", weight=1)
-        replacing(target, sample, policies)
+        try:
+            replacing(target, sample, policies)
+        except (TypeError, AttributeError, KeyError) as exc:  # not shaped like a target at all
+            raise TargetError(f"target: not a valid target ({type(exc).__name__}: {exc})") from None
     return target
 
 
