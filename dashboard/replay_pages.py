@@ -146,9 +146,10 @@ def replay(request, pk: int):
 @requires(Perm.VIEW_CALLS)
 def shadows(request):
     """The shadow backends' live diff against their primaries (refreshed by htmx)."""
+    from extproxy.engine import get_engine
     from extproxy.shadow import current_stats
 
-    context = {"stats": current_stats()}
+    context = {"stats": current_stats(get_engine().mirror)}
     if request.htmx:
         return render(request, "dashboard/_shadows.html", context)
     return render(request, "dashboard/shadows.html", context)

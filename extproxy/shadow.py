@@ -31,6 +31,7 @@ from .backends import Backend
 from .protocol import Verb
 from .recorder import Trace, judge
 from .replay import diff as diffs
+from .replay.modes import in_mode
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,6 @@ class Mirror:
         await asyncio.gather(*(self._one(shadow, trace) for shadow in self.shadows[trace.backend]))
 
     async def _one(self, shadow: Backend, trace: Trace) -> None:
-        from .replay.runner import in_mode
-
         stats = self.stats[shadow.name]
         verb = Verb(trace.verb)
         verb_string = shadow.config.verb_string(verb)
@@ -197,13 +196,10 @@ def shadow_mirror(config, policies: dict[str, Any]) -> Mirror | None:
     return Mirror(shadows)
 
 
-def current_stats() -> list[dict[str, Any]]:
-    """This process's shadow figures, for the dashboard and the API (newest examples first)."""
+def current_stats(mirror: Mirror | None) -> list[dict[str, Any]]:
+    """A mirror's figures (the engine's: this process), for the dashboard and the API."""
     from datetime import datetime, timezone
 
-    from .engine import get_engine
-
-    mirror = get_engine().mirror
     rows = [s.to_json() for s in mirror.stats.values()] if mirror is not None else []
     for row in rows:
         row["percent"] = f"{row['different_rate'] * 100:.1f}%"

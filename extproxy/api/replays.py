@@ -179,4 +179,4 @@ def shadows(request):
     """The shadow backends' figures in this process: calls compared, differing, dropped, examples."""
     from ..shadow import current_stats
 
-    return Response({"results": current_stats()})
+    return Response({"results": current_stats(get_engine().mirror)})

@@ -34,6 +34,7 @@ from ..bodies import request_of
 from ..config import BackendConfig, ProxyConfig, RedactionConfig
 from ..recorder import AttemptTracker, NodeDeduper, build_call, compress
 from . import diff as diffs
+from .modes import in_mode
 from .targets import CaptureRecorder, TargetError, base_backend, replacing
 
 log = logging.getLogger(__name__)
@@ -79,38 +80,6 @@ class Result:
     call: Any = None  # the unsaved replay Call (replayed)
     children: list = field(default_factory=list)
     error: str = ""
-
-
-def node_objects_by_name(names: list[str]) -> dict[str, bytes]:
-    """The latest stored Node object of each name (to send full objects to a backend that needs
-    them when the recorded call had names only)."""
-    from ..models import NodeObject
-
-    found: dict[str, bytes] = {}
-    for start in range(0, len(names), 500):
-        rows = NodeObject.objects.filter(name__in=names[start : start + 500]).order_by("last_seen").values_list("name", "data")
-        for name, data in rows:
-            found[name] = zlib.decompress(bytes(data))
-    return found
-
-
-def in_mode(body: bytes, config: BackendConfig, verb: str) -> bytes | str:
-    """The request in the backend's mode (names or full Node objects), or why it cannot be."""
-    if verb not in ("filter", "prioritize"):
-        return body
-    try:
-        args = protocol.split_extender_args(body)
-    except protocol.ProtocolError:
-        return body  # sent as recorded: the backend's answer to it is what is compared
-    if config.node_cache_capable and args.items is not None:
-        return protocol.join_extender_args(args.pod_raw, names=args.node_names)
-    if not config.node_cache_capable and args.items is None:
-        objects = node_objects_by_name(args.node_names)
-        missing = [n for n in args.node_names if n not in objects]
-        if missing:
-            return f"the call had node names only and no Node object of {missing[0]!r} is stored"
-        return protocol.join_extender_args(args.pod_raw, items=[objects[n] for n in args.node_names])
-    return body
 
 
 class Replayer:

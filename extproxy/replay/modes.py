@@ -1,0 +1,46 @@
+"""A request in a backend's own mode: Node names (nodeCacheCapable) or full Node objects.
+
+Replay and the shadow backends send a recorded request to a backend that may take the other
+mode than the one it was recorded in. Full objects to names needs nothing; names to full
+objects takes the newest stored Node object of each name (the node store), which may differ
+from the node as it was. Reads only; must not import the engine (the engine imports shadow.py,
+which uses this).
+"""
+from __future__ import annotations
+
+import zlib
+
+from .. import protocol
+from ..config import BackendConfig
+
+
+def node_objects_by_name(names: list[str]) -> dict[str, bytes]:
+    """The latest stored Node object of each name (to send full objects to a backend that needs
+    them when the recorded call had names only)."""
+    from ..models import NodeObject
+
+    found: dict[str, bytes] = {}
+    for start in range(0, len(names), 500):
+        rows = NodeObject.objects.filter(name__in=names[start : start + 500]).order_by("last_seen").values_list("name", "data")
+        for name, data in rows:
+            found[name] = zlib.decompress(bytes(data))
+    return found
+
+
+def in_mode(body: bytes, config: BackendConfig, verb: str) -> bytes | str:
+    """The request in the backend's mode (names or full Node objects), or why it cannot be."""
+    if verb not in ("filter", "prioritize"):
+        return body
+    try:
+        args = protocol.split_extender_args(body)
+    except protocol.ProtocolError:
+        return body  # sent as recorded: the backend's answer to it is what is compared
+    if config.node_cache_capable and args.items is not None:
+        return protocol.join_extender_args(args.pod_raw, names=args.node_names)
+    if not config.node_cache_capable and args.items is None:
+        objects = node_objects_by_name(args.node_names)
+        missing = [n for n in args.node_names if n not in objects]
+        if missing:
+            return f"the call had node names only and no Node object of {missing[0]!r} is stored"
+        return protocol.join_extender_args(args.pod_raw, items=[objects[n] for n in args.node_names])
+    return body
