@@ -68,25 +68,36 @@ BODY_PARAMETERS = [
 ]
 
 
-@extend_schema(responses={(200, "application/json"): bytes}, parameters=BODY_PARAMETERS)
-@api_view(["GET"])
-@permission_classes([CanViewBodies])
-def call_body(request, pk: int, which: str):
+def _call_body(request, pk: int, which: str):
     call = object_or_404(Call, pk=pk)
     body = request_of(call) if which == "request" else response_of(call)
     return body_response(body, f"call-{pk}-{which}", request.query_params)
 
 
-@extend_schema(responses={(200, "application/json"): bytes}, parameters=BODY_PARAMETERS)
-@api_view(["GET"])
-@permission_classes([CanViewBodies])
-def backend_call_body(request, pk: int, bc: int, which: str):
+def _backend_call_body(request, pk: int, bc: int, which: str):
     part = object_or_404(BackendCall, pk=bc, call_id=pk)
     body = request_of(part) if which == "request" else response_of(part)
     return body_response(body, f"call-{pk}-{part.backend}-{which}", request.query_params)
 
 
-@extend_schema(
+def _body_view(operation_id: str, function, which: str):
+    """One API view per route (each its own operationId in the schema)."""
+
+    def view(request, **kwargs):
+        return function(request, which=which, **kwargs)
+
+    view.__name__ = operation_id
+    schema = extend_schema(operation_id=operation_id, responses={(200, "application/json"): bytes}, parameters=BODY_PARAMETERS)
+    return schema(api_view(["GET"])(permission_classes([CanViewBodies])(view)))
+
+
+call_request = _body_view("call_request_retrieve", _call_body, "request")
+call_response = _body_view("call_response_retrieve", _call_body, "response")
+backend_call_request = _body_view("backend_call_request_retrieve", _backend_call_body, "request")
+backend_call_response = _body_view("backend_call_response_retrieve", _backend_call_body, "response")
+
+
+@extend_schema(operation_id="call_curl_retrieve", 
     responses={(200, "text/plain"): str},
     parameters=[OpenApiParameter("url", str, description="send it here instead of the original backend")],
 )
@@ -104,7 +115,7 @@ def call_curl(request, pk: int):
     return HttpResponse(copyout.curl_command(request_of(call), url, comment), content_type="text/plain; charset=utf-8")
 
 
-@extend_schema(responses={200: dict})
+@extend_schema(operation_id="call_fixture_retrieve", responses={200: dict})
 @api_view(["GET"])
 @permission_classes([CanViewBodies])
 def call_fixture(request, pk: int):
@@ -119,7 +130,7 @@ def _fixture_lines(queryset) -> Iterator[bytes]:
         yield json.dumps(copyout.fixture(call)).encode() + b"\n"
 
 
-@extend_schema(
+@extend_schema(operation_id="fixtures_list", 
     responses={(200, "application/x-ndjson"): str},
     parameters=[OpenApiParameter(name, str, description=f.extra.get("help_text") or "")
                 for name, f in CallFilter.base_filters.items()],

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
-from rest_framework.decorators import api_view, permission_classes
+from rest_framework.decorators import api_view, parser_classes, permission_classes
 from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
 from ..engine import get_engine
@@ -108,9 +109,11 @@ def _rate(data: dict[str, Any]) -> float:
     return float(rate)
 
 
-@extend_schema(request=dict, responses={200: dict, 201: dict})
+@extend_schema(methods=["GET"], responses={200: dict}, operation_id="replays_list")
+@extend_schema(methods=["POST"], request=dict, responses={201: dict}, operation_id="replays_create")
 @api_view(["GET", "POST"])
 @permission_classes([CanReplay])
+@parser_classes([JSONParser])  # JSON only: no multipart uploads spooled to temporary files
 def replays(request):
     if request.method == "GET":
         runs = ReplayRun.objects.select_related("created_by")[:100]
@@ -149,7 +152,7 @@ def start(data: dict[str, Any], user) -> tuple[ReplayRun, int]:
     return run, 201
 
 
-@extend_schema(responses={200: dict})
+@extend_schema(responses={200: dict}, operation_id="replay_retrieve")
 @api_view(["GET"])
 @permission_classes([CanReplay])
 def replay_detail(request, pk: int):
@@ -165,14 +168,14 @@ def replay_detail(request, pk: int):
     return Response(dict(run_to_json(run), items=page, items_offset=offset, items_page=ITEMS_PAGE))
 
 
-@extend_schema(responses={200: dict})
+@extend_schema(responses={200: dict}, operation_id="replay_item_retrieve")
 @api_view(["GET"])
 @permission_classes([CanReplay])
 def replay_item(request, pk: int, item: int):
     return Response(item_to_json(object_or_404(ReplayItem, pk=item, run_id=pk), with_diff=True))
 
 
-@extend_schema(responses={200: dict})
+@extend_schema(responses={200: dict}, operation_id="shadows_list")
 @api_view(["GET"])
 @permission_classes([needs(Perm.VIEW_CALLS)])
 def shadows(request):

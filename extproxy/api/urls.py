@@ -16,12 +16,10 @@ router.register("audit", AuditEventViewSet, basename="audit")
 urlpatterns = [
     path("auth/token/", token_login, name="token"),
     # replay lane: bodies, copy-out, replays
-    path("calls/<int:pk>/request", bodies.call_body, {"which": "request"}, name="call-request"),
-    path("calls/<int:pk>/response", bodies.call_body, {"which": "response"}, name="call-response"),
-    path("calls/<int:pk>/backend-calls/<int:bc>/request", bodies.backend_call_body, {"which": "request"},
-         name="backend-call-request"),
-    path("calls/<int:pk>/backend-calls/<int:bc>/response", bodies.backend_call_body, {"which": "response"},
-         name="backend-call-response"),
+    path("calls/<int:pk>/request", bodies.call_request, name="call-request"),
+    path("calls/<int:pk>/response", bodies.call_response, name="call-response"),
+    path("calls/<int:pk>/backend-calls/<int:bc>/request", bodies.backend_call_request, name="backend-call-request"),
+    path("calls/<int:pk>/backend-calls/<int:bc>/response", bodies.backend_call_response, name="backend-call-response"),
     path("calls/<int:pk>/curl", bodies.call_curl, name="call-curl"),
     path("calls/<int:pk>/fixture", bodies.call_fixture, name="call-fixture"),
     path("fixtures/", bodies.fixtures, name="fixtures"),

@@ -166,29 +166,21 @@ class _Decoder:
         if not entries:
             raise self.error("backends", "at least one backend is required")
         backends: list[BackendConfig] = []
-        shadows: list[tuple[str, BackendConfig]] = []
         seen: dict[str, str] = {}
         for i, entry in enumerate(entries):
             path = f"backends[{i}]"
-            shadow_of = ""
-            if isinstance(entry, dict) and "shadowOf" in entry:
-                shadow_of = self.string(entry["shadowOf"], f"{path}.shadowOf")
-                entry = {k: v for k, v in entry.items() if k != "shadowOf"}
-            backend = self.own_backend(entry, path, policies)
+            shadow_of = self.string(entry.get("shadowOf", ""), f"{path}.shadowOf") if isinstance(entry, dict) else ""
+            backend = self.own_backend(entry if not shadow_of else {k: v for k, v in entry.items() if k != "shadowOf"}, path, policies)
             if backend.name in seen:
                 raise self.error(f"{path}.name", f"duplicate backend name {backend.name!r} (also {seen[backend.name]})")
             seen[backend.name] = path
-            if shadow_of:
-                shadows.append((path, dataclasses.replace(backend, shadow_of=shadow_of)))
-            else:
-                backends.append(backend)
-        primaries = {b.name for b in backends}
-        for path, shadow in shadows:
-            if shadow.shadow_of not in primaries:
-                known = ", ".join(sorted(primaries)) or "none"
-                raise self.error(f"{path}.shadowOf", f"no backend {shadow.shadow_of!r} to shadow (backends: {known})")
-        if not backends:
-            raise self.error("backends", "at least one backend that is not a shadow is required")
+            backends.append(dataclasses.replace(backend, shadow_of=shadow_of) if shadow_of else backend)
+        shadows = tuple(b for b in backends if b.shadow_of)  # shadow.py: outside the scheduler's chain
+        backends = [b for b in backends if not b.shadow_of]
+        for shadow in shadows:
+            if shadow.shadow_of not in {b.name for b in backends}:
+                raise self.error(f"{seen[shadow.name]}.shadowOf", f"no backend {shadow.shadow_of!r} to shadow "
+                                 f"(backends that are not shadows: {', '.join(b.name for b in backends) or 'none'})")
         self.validate_backends(tuple(backends), "backends")
         return ProxyConfig(
             backends=tuple(backends),
@@ -199,7 +191,7 @@ class _Decoder:
             parallel_filter=self.boolean(data.get("parallelFilter"), "parallelFilter"),
             source=self.source,
             kind="extproxy",
-            shadows=tuple(shadow for _, shadow in shadows),
+            shadows=shadows,
         )
 
     def policies(self, value: Any) -> dict[str, Any]:
