@@ -157,3 +157,11 @@ def test_it_says_the_node_filter_is_off_when_the_index_is(api, settings):
     response = api.get("/api/calls/?node=node-01")
     assert response.status_code == 400 and "EXTPROXY_NODE_INDEX" in response.json()["node"][0]
     assert len(api.get("/api/calls/").json()["results"]) == 7
+
+
+@pytest.mark.parametrize("path", ["/api/calls/", "/api/audit/"])
+def test_it_compares_times_in_utc_and_refuses_ones_that_cannot_be(api, path):
+    traffic()
+    assert api.get(path + "?until=2955-04-13T20:02:02.3%2B20:50").status_code == 200  # an offset PostgreSQL refuses
+    response = api.get(path + "?since=0001-01-01T00:30:00%2B01:00")
+    assert response.status_code == 400 and "out of range" in response.json()["since"][0]

@@ -151,7 +151,16 @@ def test_it_has_no_manifest_for_an_export_that_did_not_finish():
     response = client.get("/api/export/?format=ndjson")
     export_id = response["X-Export-Id"]
     next(iter(response.streaming_content))  # the first chunk only: the client went away
-    response.close()
+    # As Django's test client does around a finished response: closing it fires request_finished,
+    # whose close_old_connections would close the test's own connection (inside its transaction).
+    from django.core.signals import request_finished
+    from django.db import close_old_connections
+
+    request_finished.disconnect(close_old_connections)
+    try:
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
     assert client.get(f"/api/export/{export_id}/manifest/").status_code == 409
     assert client.get("/api/export/no-such-export/manifest/").status_code == 404
 
@@ -353,3 +362,9 @@ def test_it_verifies_an_empty_export(tmp_path):
     assert out.read_bytes() == (",".join(CALL_COLUMNS) + ",hash\n").encode()  # the header alone
     said, _ = run_command("verify_export", str(out), f"{out}.manifest.json")
     assert "complete and unaltered: 0 records, an empty export" in said
+
+
+def test_it_exports_with_a_time_offset_postgresql_would_refuse():
+    traffic()
+    body, manifest = fetch(auditor(), "format=ndjson&until=2955-04-13T20:02:02.3%2B20:50")
+    assert manifest["range"]["until"] == "2955-04-12T23:12:02.300000Z" and check(body, manifest).complete

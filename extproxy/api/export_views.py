@@ -8,6 +8,8 @@ generator. The export is in the audit trail before its first byte goes out.
 """
 from __future__ import annotations
 
+import datetime as dt
+
 from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from django.utils import timezone
@@ -66,6 +68,7 @@ class _ExportView(generics.GenericAPIView):
         filterset.is_valid()
         since = filterset.form.cleaned_data.get("since")
         until = filterset.form.cleaned_data.get("until") or timezone.now()
+        since, until = (since.astimezone(dt.timezone.utc) if since else None), until.astimezone(dt.timezone.utc)
         queryset = queryset.filter(**{f"{self.time_field}__lt": until})  # a fixed end: what "now" was
         run = export.ExportRun(
             kind=self.kind, fmt=fmt, filters=dict(request.query_params.items()), since=since, until=until,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import datetime
+
 import django_filters as df
 from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
@@ -22,6 +24,20 @@ VERDICTS = [("passed", "passed"), ("failed", "failed"), ("unresolvable", "unreso
 
 
 MAX_IDS = 1000
+
+
+class UtcDateTimeFilter(df.IsoDateTimeFilter):
+    """ISO 8601, compared in UTC: PostgreSQL refuses offsets past 15:59 that Python accepts
+    (a 500 found by schemathesis), and a date at the edge of the calendar cannot move to UTC."""
+
+    def filter(self, qs: QuerySet, value: Any) -> QuerySet:
+        if value is not None:
+            try:
+                value = value.astimezone(datetime.timezone.utc)
+            except (OverflowError, ValueError):
+                name = next((k for k, f in self.parent.filters.items() if f is self), self.field_name)
+                raise ValidationError({name: ["out of range once moved to UTC"]}) from None
+        return super().filter(qs, value)
 
 
 class IdsFilter(df.BaseInFilter, df.NumberFilter):
@@ -45,8 +61,8 @@ class CallFilter(df.FilterSet):
     backend = df.CharFilter(field_name="backend", help_text="a backend name, or combined")
     outcome = df.ChoiceFilter(choices=Outcome.choices)
     attempt = df.CharFilter(field_name="attempt", help_text="the scheduling attempt key")
-    since = df.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte", help_text="started at or after (ISO 8601)")
-    until = df.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt", help_text="started before (ISO 8601)")
+    since = UtcDateTimeFilter(field_name="started_at", lookup_expr="gte", help_text="started at or after (ISO 8601)")
+    until = UtcDateTimeFilter(field_name="started_at", lookup_expr="lt", help_text="started before (ISO 8601)")
     node = df.CharFilter(method="filter_nothing", help_text="calls whose request involved this node")
     verdict = df.ChoiceFilter(
         choices=VERDICTS, method="filter_nothing", help_text="with node: calls that gave the node this verdict"
@@ -106,8 +122,8 @@ class AuditFilter(df.FilterSet):
     action = df.CharFilter(field_name="action")
     actor = df.CharFilter(field_name="actor")
     target = df.CharFilter(field_name="target")
-    since = df.IsoDateTimeFilter(field_name="at", lookup_expr="gte", help_text="at or after (ISO 8601)")
-    until = df.IsoDateTimeFilter(field_name="at", lookup_expr="lt", help_text="before (ISO 8601)")
+    since = UtcDateTimeFilter(field_name="at", lookup_expr="gte", help_text="at or after (ISO 8601)")
+    until = UtcDateTimeFilter(field_name="at", lookup_expr="lt", help_text="before (ISO 8601)")
 
     class Meta:
         model = AuditEvent

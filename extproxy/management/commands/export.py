@@ -9,6 +9,7 @@ Filters are the same FilterSet as /api/export/ (a bad value is refused with its 
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 import time
@@ -81,7 +82,9 @@ class Command(BaseCommand):
             queryset = filterset.qs
         except Exception as exc:  # a ValidationError raised while filtering (e.g. verdict without node)
             raise CommandError(str(getattr(exc, "detail", exc))) from exc
-        until = filterset.form.cleaned_data.get("until") or timezone.now()
+        until = (filterset.form.cleaned_data.get("until") or timezone.now()).astimezone(dt.timezone.utc)
+        since = filterset.form.cleaned_data.get("since")
+        since = since.astimezone(dt.timezone.utc) if since else None
         queryset = queryset.filter(**{f"{time_field}__lt": until})
         output, manifest_path = options["output"], options["manifest"]
         if not output and not manifest_path:
@@ -89,7 +92,7 @@ class Command(BaseCommand):
         manifest_path = manifest_path or f"{output}.manifest.json"
         actor = _cli_actor()
         run = export.ExportRun(kind="audit" if audit_kind else "calls", fmt=options["format"], filters=given,
-                               since=filterset.form.cleaned_data.get("since"), until=until, user=actor, source="cli")
+                               since=since, until=until, user=actor, source="cli")
         audit(None, Action.AUDIT_EXPORT if audit_kind else Action.EXPORT, target=f"{run.kind} as {run.fmt}",
               actor=actor, source="cli", detail={"export_id": run.export_id, "filters": given})
         progress = None if options["no_progress"] else Progress(self.stderr._out, queryset.count(),
