@@ -272,7 +272,26 @@ def stream(run: ExportRun, records: Iterable[list[Any]]) -> Generator[bytes, Non
     yield from run.lines(records)
     row.finished_at = timezone.now()
     row.manifest = run.manifest
-    row.save(update_fields=["finished_at", "manifest"])
+    _save_manifest(row)
+
+
+def _save_manifest(row: Any, attempts: int = 5) -> None:
+    """The file is out: its manifest must be kept. SQLite can refuse a write for a moment while
+    other connections write (locked table); try again briefly rather than lose it."""
+    import logging
+    import time
+
+    from django.db import OperationalError
+
+    for attempt in range(attempts):
+        try:
+            row.save(update_fields=["finished_at", "manifest"])
+            return
+        except OperationalError:
+            if attempt == attempts - 1:
+                logging.getLogger(__name__).exception("export %s: the manifest could not be saved", row.export_id)
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 def _next_chunk(chunks: Generator[bytes, None, None]) -> bytes | None:
