@@ -29,7 +29,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from extproxy.recorder import LIVE_GROUP
+from extproxy.recording import LIVE_GROUP
 from extproxy.roles import Perm
 
 FLUSH_INTERVAL = getattr(settings, "EXTPROXY_LIVE_FLUSH_MS", 100) / 1000

@@ -12,7 +12,7 @@ import json
 import zlib
 from typing import Any
 
-from extproxy.recorder import restore_body
+from extproxy.recording import restore_body
 
 PRUNED_NODE = b'{"$node": "pruned"}'
 

@@ -61,6 +61,7 @@ async def lifespan_app(scope, receive, send):
         message = await receive()
         if message["type"] == "lifespan.startup":
             dashboard_background.start()
+            get_engine().recorder.start()  # spool-writer thread, live-event listener
             try:
                 listener = await _start_extender_listener()
             except (OSError, ValueError) as exc:  # a taken port, a bad certificate or allowlist
@@ -74,7 +75,7 @@ async def lifespan_app(scope, receive, send):
             engine = get_engine()
             await engine.close()
             offload.lane.stop()
-            engine.recorder.stop()  # writes what is queued before the process ends
+            engine.recorder.stop()  # what is in memory reaches the spool before the process ends
             await send({"type": "lifespan.shutdown.complete"})
             return
 

@@ -30,7 +30,7 @@ from .config import BackendConfig
 from .nodecache import NodeCache
 from .podmemory import PodMemory
 from .protocol import Reply, Verb
-from .recorder import Trace
+from .recording import Trace
 
 Handled = tuple[Reply, list[Trace]]  # the answer to the scheduler, and the backend calls made for it
 

@@ -29,7 +29,7 @@ from .config import ProxyConfig, load_config
 from .policies import default_policy, parse_policy
 from .protocol import Reply, Verb
 from .ratelog import RateLimitedLog
-from .recorder import Recorder, Trace
+from .recording import SpoolRecorder, Trace
 from .shadow import shadow_mirror
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def failure_answer(verb: Verb, backend: str, exchange: Exchange) -> Answer:
 
 
 class Engine:
-    def __init__(self, config: ProxyConfig, recorder: Recorder) -> None:
+    def __init__(self, config: ProxyConfig, recorder: SpoolRecorder) -> None:
         self.config = config
         self.recorder = recorder
         if config.kind == "default":
@@ -171,7 +171,7 @@ def get_engine() -> Engine:
     with _engine_lock:
         if _engine is None:
             config = load_config(settings.EXTPROXY_CONFIG or None)
-            recorder = Recorder(config.recording, config.redaction, retention=config.retention)
+            recorder = SpoolRecorder.from_settings(config.recording)
             _engine = Engine(config, recorder)
             log.info("extproxy: %d backend(s) from %s", len(_engine.backends), config.source)
         return _engine

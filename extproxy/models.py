@@ -38,6 +38,8 @@ class NodeObject(models.Model):
 class Call(models.Model):
     """One request the scheduler made to extproxy (per-backend, or combined)."""
 
+    # Made on the hot path (a UUID string); unique, so a record drained twice is stored once.
+    call_id = models.CharField(max_length=36, unique=True)
     verb = models.CharField(max_length=16, choices=Verb.choices)
     backend = models.CharField(max_length=63)  # a backend name, or "combined"
     form = models.CharField(max_length=16, choices=Form.choices, default=Form.PER_BACKEND)

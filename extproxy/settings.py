@@ -291,3 +291,17 @@ EXTPROXY_EXTENDER_ALLOW = os.environ.get("EXTPROXY_EXTENDER_ALLOW", "127.0.0.0/8
 EXTPROXY_EXTENDER_TLS_CERT = os.environ.get("EXTPROXY_EXTENDER_TLS_CERT", "")
 EXTPROXY_EXTENDER_TLS_KEY = os.environ.get("EXTPROXY_EXTENDER_TLS_KEY", "")
 EXTPROXY_EXTENDER_TLS_CLIENT_CA = os.environ.get("EXTPROXY_EXTENDER_TLS_CLIENT_CA", "")
+
+# --- recording (issue 8a): the spool between the serving process and the recorder process ---
+# README "How recording works" explains each. Sizes in bytes, times in seconds.
+EXTPROXY_SPOOL_DIR = os.environ.get("EXTPROXY_SPOOL_DIR") or str(DATA_DIR / "spool")
+EXTPROXY_SPOOL_MAX_BYTES = envint("EXTPROXY_SPOOL_MAX_BYTES", 1 << 30)
+EXTPROXY_SPOOL_SEGMENT_BYTES = envint("EXTPROXY_SPOOL_SEGMENT_BYTES", 8 << 20)
+EXTPROXY_SPOOL_FSYNC = os.environ.get("EXTPROXY_SPOOL_FSYNC") or "interval"
+if EXTPROXY_SPOOL_FSYNC not in ("always", "interval", "never"):
+    raise ValueError(f"EXTPROXY_SPOOL_FSYNC={EXTPROXY_SPOOL_FSYNC!r}: expected always, interval or never")
+EXTPROXY_SPOOL_FSYNC_INTERVAL = float(os.environ.get("EXTPROXY_SPOOL_FSYNC_INTERVAL") or 1.0)
+EXTPROXY_SPOOL_WRITER = os.environ.get("EXTPROXY_SPOOL_WRITER") or "serve"
+EXTPROXY_HANDOFF_BYTES = envint("EXTPROXY_HANDOFF_BYTES", 256 << 20)
+EXTPROXY_SHUTDOWN_FLUSH_SECONDS = float(os.environ.get("EXTPROXY_SHUTDOWN_FLUSH_SECONDS") or 5.0)
+EXTPROXY_RECORDER_NICE = envint("EXTPROXY_RECORDER_NICE", 10)

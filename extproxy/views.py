@@ -9,7 +9,6 @@ whole body has not arrived in time). Every refusal is a 4xx with a reason.
 """
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
@@ -20,7 +19,6 @@ from .backends.base import StreamBroken
 from .engine import Answer, Engine, get_engine
 from .extender_access import allowlist
 from .protocol import Verb
-from .recorder import channel_layer_publisher
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -102,8 +100,6 @@ def route(engine: Engine, path: str) -> Route | Answer:
 
     Shared by this ASGI app and the separate extender listener (listener.py).
     """
-    if engine.recorder.publisher is None:  # once, from the server's own event loop
-        engine.recorder.publisher = channel_layer_publisher(asyncio.get_running_loop())
     backend_name, _, verb_string = path[len(PREFIX):].partition("/")
     verb_string = verb_string.rstrip("/")
     if not verb_string:  # /extender/<verb>: the combined form

@@ -2,8 +2,9 @@
 
 Backends are stdlib HTTP servers in threads whose behaviour a test picks per verb. The proxy
 is uvicorn serving extproxy's ASGI application in a thread, with the engine built from a
-configuration file the test writes. The test database is an SQLite file, so the server
-thread, the recorder's writer thread and the test all see the same committed rows.
+configuration file the test writes, and `manage.py recorder` as its own process draining the
+spool, as in production. The test database is an SQLite file, so the server thread, the
+recorder process and the test all see the same committed rows.
 """
 from __future__ import annotations
 
@@ -25,6 +26,19 @@ os.environ.setdefault("EXTPROXY_CACHE_PREFIX", f"extproxy-test-{os.getpid()}")
 os.environ.setdefault(
     "EXTPROXY_TEST_SQLITE_PATH", str(Path(tempfile.gettempdir()) / f"extproxy-test-{os.getpid()}.sqlite3")
 )
+
+
+def _test_database_on_disk() -> None:
+    """The recorder runs as its own process in end-to-end tests, so the test database must be
+    a file both processes open (settings are read before this file, so set it here)."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3") and not database.get("TEST", {}).get("NAME"):
+        database.setdefault("TEST", {})["NAME"] = os.environ["EXTPROXY_TEST_SQLITE_PATH"]
+
+
+_test_database_on_disk()
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # copied from the shared fixtures: a clone is self-contained
 
@@ -146,17 +160,72 @@ def backend_server():
 # --- the proxy ---------------------------------------------------------------------------
 
 
+class RecorderProcess:
+    """`manage.py recorder` as production runs it, draining `spool` into the test database."""
+
+    def __init__(self, spool: Path, config_path: str | None, env: dict[str, str] | None = None) -> None:
+        import subprocess
+        import sys
+
+        from django.db import connection
+
+        self.spool = spool
+        environment = dict(os.environ, EXTPROXY_SPOOL_DIR=str(spool), EXTPROXY_CONFIG=config_path or "")
+        if connection.vendor == "sqlite":
+            environment["EXTPROXY_SQLITE_PATH"] = str(connection.settings_dict["NAME"])
+        environment.update(env or {})
+        self.log = open(spool.parent / f"recorder-{spool.name}.log", "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "recorder", "--nice", "0"],
+            cwd=Path(__file__).resolve().parent.parent, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except Exception:
+                self.process.kill()
+                self.process.wait(5)
+        self.log.close()
+
+
+def wait_for_drain(spool: Path, recorder_process: RecorderProcess | None, known: dict[str, int] | None = None,
+                   timeout: float = 30) -> None:
+    """Until the spool has nothing the database lacks (the recorder committed all of it)."""
+    from extproxy.recording.spool import spool_status
+
+    deadline = time.monotonic() + timeout
+    while (status := spool_status(spool, known)).depth:
+        if recorder_process is not None and recorder_process.process.poll() is not None:
+            raise AssertionError(f"the recorder process ended:\n{recorder_process.output()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"recorder did not drain the spool in time ({status})")
+        time.sleep(0.02)
+
+
 class ProxyServer:
-    def __init__(self, config_path: str | None) -> None:
+    """The serving side in a thread of this process (uvicorn, the engine, the spool writer),
+    and the recorder as its own process, as in production."""
+
+    def __init__(self, config_path: str | None, spool: Path) -> None:
         import uvicorn
 
         from extproxy.config import load_config
         from extproxy.engine import Engine, set_engine
-        from extproxy.recorder import Recorder
+        from extproxy.recording import SpoolRecorder
+        from extproxy.recording.spool import SpoolSettings
 
         config = load_config(config_path)
-        self.engine = Engine(config, Recorder(config.recording, config.redaction, retention=config.retention))
+        self.spool = spool
+        self.engine = Engine(config, SpoolRecorder(config.recording, SpoolSettings(root=spool)))
         self._previous = set_engine(self.engine)
+        self.recorder_process = RecorderProcess(spool, config_path)
         from extproxy.asgi import application
 
         self.port = free_port()
@@ -180,7 +249,10 @@ class ProxyServer:
         return self.engine.recorder
 
     def flush(self) -> None:
-        assert self.recorder.flush(20), "recorder did not write every call in time"
+        """Until every call answered so far is in the database."""
+        assert self.recorder.flush(20), "calls did not reach the spool in time"
+        writer = self.recorder.writer
+        wait_for_drain(self.spool, self.recorder_process, {writer.name: writer.seq} if writer else None)
 
     def close(self) -> None:
         from extproxy.engine import set_engine
@@ -188,6 +260,7 @@ class ProxyServer:
         self.server.should_exit = True
         self.thread.join(10)
         self.recorder.stop()
+        self.recorder_process.stop()
         set_engine(self._previous)
 
 
@@ -202,13 +275,13 @@ def write_config(tmp_path):
 
 
 @pytest.fixture
-def proxy(transactional_db):
+def proxy(transactional_db, tmp_path):
     servers: list[ProxyServer] = []
 
     def start(config_path: str | None = None) -> ProxyServer:
         # The engine is process-wide (get_engine): one proxy configuration per test.
         assert not servers, "one proxy per test: a second one would replace the first one's engine"
-        server = ProxyServer(config_path)
+        server = ProxyServer(config_path, tmp_path / "spool")
         servers.append(server)
         return server
 

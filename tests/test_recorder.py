@@ -1,15 +1,25 @@
-"""The recorder: bounded queue, batching, what happens at the bound, attempts, compaction."""
+"""The recorder's parts in-process: the hand-off and its bounds, draining the spool in
+batches, retries, raw records, field bounds, node de-duplication, attempts, retention.
+
+(End-to-end through the real two processes: test_recording_processes.py.)"""
 from __future__ import annotations
 
 import json
 import time
 import zlib
 
+import pytest
+
 from extproxy.config import RecordingConfig, RedactionConfig
 from extproxy.models import Call, NodeObject
-from extproxy.recorder import AttemptTracker, NodeDeduper, Recorder, Trace, compact_body, restore_body
+from extproxy.recording import SpoolRecorder, Trace, compact_body, restore_body
+from extproxy.recording.attempts import AttemptTracker
+from extproxy.recording.blobs import NodeDeduper, decompress
+from extproxy.recording.local import LocalRecorder
+from extproxy.recording.rows import MAX_ERROR_TEXT, MAX_FINDING_TEXT, MAX_FINDINGS, build_or_raw
+from extproxy.recording.spool import SpoolSettings
+from extproxy.recording.writer import Drainer
 from tests.conftest import fixture_bytes
-
 
 def make_trace(verb: str = "filter", body: bytes | None = None, response: bytes | None = None, **fields) -> Trace:
     now = time.time()
@@ -30,43 +40,82 @@ def make_trace(verb: str = "filter", body: bytes | None = None, response: bytes 
     return Trace(**defaults)
 
 
-def test_it_drops_what_does_not_fit_counts_it_and_keeps_the_rest(transactional_db):
-    published: list[list[dict]] = []
-    recorder = Recorder(RecordingConfig(queue_size=50, batch_size=20), RedactionConfig(), publisher=published.append)
-    # Hold the writer back so the burst meets a full queue: it starts on first submit.
-    recorder._thread = object()  # type: ignore[assignment]
-    accepted = [recorder.submit(make_trace()) for _ in range(80)]
-    assert accepted.count(True) == 50 and accepted.count(False) == 30
-    assert recorder.dropped == 30
-    recorder._thread = None
-    recorder.start()
+def spool_recorder(tmp_path, **recording) -> SpoolRecorder:
+    return SpoolRecorder(RecordingConfig(**recording), SpoolSettings(root=tmp_path / "spool"))
 
-    assert recorder.flush(20)
-    recorder.stop()
-    assert Call.objects.count() == 50
+
+def drain(tmp_path, published: list | None = None, **recording) -> Drainer:
+    """Drain the spool in this process until it is empty (unit tests; production: manage.py recorder)."""
+    drainer = Drainer(tmp_path / "spool", RecordingConfig(**recording), RedactionConfig(),
+                      publisher=None if published is None else published.append)
+    drainer.run(until_idle=True)
+    drainer.close()
+    return drainer
+
+
+def test_it_drops_what_does_not_fit_the_hand_off_counts_it_and_keeps_the_rest(transactional_db, tmp_path):
+    recorder = spool_recorder(tmp_path, queue_size=50)
+    accepted = [recorder.submit(make_trace()) for _ in range(80)]  # not started: nothing leaves memory
+    assert accepted.count(True) == 50 and accepted.count(False) == 30
+    assert recorder.drops.counts == {"queue-full": 30}
+    recorder.start()
+    assert recorder.flush(20) and recorder.spooled == 50
+    assert recorder.stop()
+
+    published: list[list[dict]] = []
+    drainer = drain(tmp_path, published, batch_size=20)
+    assert Call.objects.count() == 50 and drainer.counters.written == 50
     assert sum(len(batch) for batch in published) == 50
     assert max(len(batch) for batch in published) <= 20  # written in batches of at most batch_size
 
 
-def test_it_drops_at_the_byte_bound_too(transactional_db):
-    recorder = Recorder(RecordingConfig(queue_size=1000), RedactionConfig(), queue_bytes=10_000)
-    recorder._thread = object()  # type: ignore[assignment]
-    trace = make_trace()
-    fits = 10_000 // trace.size()
-    results = [recorder.submit(make_trace()) for _ in range(fits + 3)]
-    assert results.count(True) == fits and recorder.dropped == 3
+def test_it_drops_at_the_hand_offs_byte_bound_too(tmp_path):
+    size = make_trace().size()
+    recorder = SpoolRecorder(RecordingConfig(queue_size=1000), SpoolSettings(root=tmp_path / "spool"),
+                             handoff_bytes=size * 3 + size // 2)
+    results = [recorder.submit(make_trace()) for _ in range(6)]
+    assert results.count(True) == 3 and recorder.drops.counts == {"queue-full": 3}
 
 
-def test_it_records_nothing_when_recording_is_off(transactional_db):
-    recorder = Recorder(RecordingConfig(enabled=False), RedactionConfig())
+def test_it_records_nothing_when_recording_is_off(tmp_path):
+    recorder = spool_recorder(tmp_path, enabled=False)
+    recorder.start()
     assert recorder.submit(make_trace()) is False
-    assert recorder.flush(1)
-    assert Call.objects.count() == 0
+    assert recorder.flush(1) and recorder.stop()
+    assert recorder.spooled == 0 and recorder.drops.counts == {}
 
 
-def test_it_retries_a_batch_when_the_database_fails(transactional_db, monkeypatch):
-    recorder = Recorder(RecordingConfig(batch_size=10, flush_interval=0.01), RedactionConfig())
-    real = recorder.store_batch
+def test_it_counts_calls_handed_over_after_shutdown_began(tmp_path):
+    recorder = spool_recorder(tmp_path)
+    recorder.start()
+    assert recorder.submit(make_trace())
+    assert recorder.stop()
+    assert recorder.submit(make_trace()) is False
+    assert recorder.spooled == 1 and recorder.drops.counts == {"stopping": 1}
+
+
+def test_it_drops_at_the_spool_bound_counts_it_and_raises_the_alarm(tmp_path):
+    one = len(fixture_bytes("filter-request.nodecache-true.json")) + len(fixture_bytes("filter-result.nodecache-true.json"))
+    recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "spool", max_bytes=one * 5))
+    recorder.start()
+    for _ in range(10):
+        assert recorder.submit(make_trace())  # serving never waits, even at the bound
+    assert recorder.flush(20)
+    assert recorder.spooled + recorder.drops.counts["spool-full"] == 10
+    assert 1 <= recorder.spooled < 5 and recorder.spool_full
+    assert recorder.status().depth == recorder.spooled
+    recorder.stop()
+
+
+def test_it_retries_a_batch_when_the_database_fails(transactional_db, tmp_path, monkeypatch):
+    recorder = spool_recorder(tmp_path)
+    recorder.start()
+    body = fixture_bytes("filter-request.nodecache-false.json")
+    for _ in range(5):
+        recorder.submit(make_trace(body=body, node_cache_capable=False))
+    assert recorder.stop()
+    drainer = Drainer(tmp_path / "spool", RecordingConfig(batch_size=10), RedactionConfig())
+    real = drainer.writer.store
     failures = {"left": 2}
 
     def flaky(*rows):
@@ -75,14 +124,48 @@ def test_it_retries_a_batch_when_the_database_fails(transactional_db, monkeypatc
             raise RuntimeError("database is locked")
         return real(*rows)
 
-    monkeypatch.setattr(recorder, "store_batch", flaky)
-    body = fixture_bytes("filter-request.nodecache-false.json")
-    for _ in range(5):
-        recorder.submit(make_trace(body=body, node_cache_capable=False))
-    assert recorder.flush(20)
-    recorder.stop()
-    assert Call.objects.count() == 5 and failures["left"] == 0
+    monkeypatch.setattr(drainer.writer, "store", flaky)
+    monkeypatch.setattr(drainer.stop, "wait", lambda delay: False)  # no backoff sleep in the test
+    drainer.run(until_idle=True)
+    drainer.close()
+    assert Call.objects.count() == 5 and failures["left"] == 0 and drainer.counters.write_errors == 2
     assert NodeObject.objects.count() == 5  # the failed attempts' nodes were stored on retry
+    assert drainer.reader.read(10, 1 << 20).entries == []  # committed: nothing left to read
+
+
+def test_it_leaves_a_batch_in_the_spool_when_stopped_while_the_database_fails(transactional_db, tmp_path, monkeypatch):
+    recorder = spool_recorder(tmp_path)
+    recorder.start()
+    for _ in range(3):
+        recorder.submit(make_trace())
+    assert recorder.stop()
+    drainer = Drainer(tmp_path / "spool", RecordingConfig(), RedactionConfig())
+
+    def down(*rows):
+        drainer.stop.set()  # SIGTERM arrives while the database is down
+        raise RuntimeError("connection refused")
+
+    monkeypatch.setattr(drainer.writer, "store", down)
+    drainer.run()
+    drainer.close()
+    assert Call.objects.count() == 0
+    assert recorder.status().depth == 3  # still in the spool: the next recorder drains it
+    drain(tmp_path)
+    assert Call.objects.count() == 3 and recorder.status().depth == 0
+
+
+def test_it_stores_a_call_once_when_it_is_drained_twice(transactional_db, tmp_path):
+    recorder = spool_recorder(tmp_path)
+    recorder.start()
+    for _ in range(4):
+        recorder.submit(make_trace())
+    assert recorder.stop()
+    drain(tmp_path)
+    (tmp_path / "spool" / "serve" / "cursor").unlink()  # as if the recorder died before marking it
+    published: list[list[dict]] = []
+    drain(tmp_path, published)
+    assert Call.objects.count() == 4 and Call.objects.values("call_id").distinct().count() == 4
+    assert sum(map(len, published)) == 0  # nothing new to show live either
 
 
 NO_SECRETS = RedactionConfig(env_values=False, drop_annotations=())  # nothing to redact: every byte kept
@@ -112,32 +195,75 @@ def test_it_restores_a_respaced_body_as_it_came_too(transactional_db):
 
 
 def test_it_writes_full_mode_nodes_once_across_batches(transactional_db):
-    recorder = Recorder(RecordingConfig(batch_size=2), RedactionConfig())
+    recorder = LocalRecorder(RecordingConfig(batch_size=2))
     body = fixture_bytes("filter-request.nodecache-false.json")
     for _ in range(6):
         recorder.submit(make_trace(body=body, response=fixture_bytes("filter-result.nodecache-false.json"), node_cache_capable=False))
-    assert recorder.flush(20)
-    recorder.stop()
+    assert recorder.flush()
+    assert len(recorder.published) == 3
     assert NodeObject.objects.count() == 5 and Call.objects.count() == 6
 
 
-def test_it_keeps_recording_when_one_trace_cannot_be_built(transactional_db, monkeypatch):
-    import extproxy.recorder as rec
+def test_it_stores_a_raw_record_when_one_trace_cannot_be_built(transactional_db, monkeypatch):
+    import extproxy.recording.rows as rows
 
-    real = rec.judge
+    real = rows.judge_reply
 
-    def picky(trace):
+    def picky(trace, ident):
         if trace.backend == "broken":
             raise KeyError("boom")
-        return real(trace)
+        return real(trace, ident)
 
-    monkeypatch.setattr(rec, "judge", picky)
-    recorder = Recorder(RecordingConfig(), RedactionConfig())
-    recorder.submit(make_trace(backend="broken"))
-    recorder.submit(make_trace())
-    assert recorder.flush(20)
-    recorder.stop()
-    assert list(Call.objects.values_list("backend", flat=True)) == ["gpu"]
+    monkeypatch.setattr(rows, "judge_reply", picky)
+    recorder = LocalRecorder()
+    recorder.write_batch([make_trace(backend="broken"), make_trace()])
+    assert recorder.writer.raw == 1
+    broken = Call.objects.get(backend="broken")
+    assert broken.outcome == "error" and broken.findings[0] == {"kind": "undecodable-reply", "detail": "KeyError: 'boom'"}
+    assert decompress(broken.request_body)[1:] == fixture_bytes("filter-request.nodecache-true.json")  # as received
+    assert broken.decisions() == [] and broken.pod_name == ""
+    assert Call.objects.get(backend="gpu").outcome == "ok"
+
+
+def _request_variant(change) -> bytes:
+    args = json.loads(fixture_bytes("filter-request.nodecache-true.json"))
+    change(args)
+    return json.dumps(args).encode()
+
+
+UNDECODABLE = {
+    "containers is a number": lambda: _request_variant(lambda a: a["Pod"]["spec"].__setitem__("containers", 5)),
+    "env is a number": lambda: _request_variant(lambda a: a["Pod"]["spec"]["containers"][0].__setitem__("env", 5)),
+    "invalid UTF-8 in a name": lambda: fixture_bytes("filter-request.nodecache-true.json").replace(
+        b'"name": "trainer', b'"name": "\xff\xfetrainer', 1),
+    "5000-deep nesting in the Pod": lambda: fixture_bytes("filter-request.nodecache-true.json").replace(
+        b'"spec": {', b'"spec": {"deep": ' + b"[" * 5000 + b"]" * 5000 + b", ", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNDECODABLE))
+def test_it_stores_undecodable_requests_raw_with_the_reason(case):
+    body = UNDECODABLE[case]()
+    assert body != fixture_bytes("filter-request.nodecache-true.json")
+    (call, kids), raw = build_or_raw(make_trace(body=body), RedactionConfig(), AttemptTracker(), NodeDeduper(RedactionConfig()))
+    assert raw and kids == []
+    assert call.findings[0]["kind"] == "undecodable-request" and call.findings[0]["detail"]
+    assert call.outcome == "error" and (call.pod_namespace, call.pod_name, call.pod_uid) == ("", "", "")
+    assert decompress(call.request_body) == b"R" + body  # bodies as received
+
+
+def test_it_bounds_findings_and_error_texts(transactional_db):
+    # 300 scores for hosts the request never had: one finding each, far more than a page shows.
+    reply = [{"Host": f"ghost-{i}-" + "x" * 5000, "Score": 1} for i in range(300)]
+    scored = make_trace(verb="prioritize", response=json.dumps(reply).encode(),
+                        findings=[{"kind": "reply-truncated", "detail": "y" * 100_000}])
+    failed = make_trace(status=None, response=b"", timed_out=True, transport_error="z" * 100_000)
+    LocalRecorder().write_batch([scored, failed])
+    call = Call.objects.get(verb="prioritize")
+    assert len(call.findings) == MAX_FINDINGS + 1
+    assert call.findings[-1] == {"kind": "findings-truncated", "detail": "201 more findings not kept"}
+    assert all(len(f["detail"]) <= MAX_FINDING_TEXT for f in call.findings)
+    assert len(Call.objects.get(verb="filter").error) == MAX_ERROR_TEXT
 
 
 def test_it_links_the_calls_of_one_attempt():
@@ -175,15 +301,14 @@ def test_it_prunes_calls_past_their_age_and_nodes_no_kept_call_uses(transactiona
 
     from extproxy.config import RetentionConfig
     from extproxy.models import NodeObject
-    from extproxy.retention import prune
+    from extproxy.recording.retention import prune
 
-    recorder = Recorder(RecordingConfig(), RedactionConfig())
+    recorder = LocalRecorder()
     old = time.time() - 10 * 86400
     full = fixture_bytes("filter-request.nodecache-false.json")
     recorder.submit(make_trace(body=full, started_at=old, finished_at=old + 1, node_cache_capable=False))
     recorder.submit(make_trace())
-    assert recorder.flush(20)
-    recorder.stop()
+    assert recorder.flush()
     NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))
 
     result = prune(RetentionConfig(max_age_seconds=7 * 86400))
@@ -194,14 +319,13 @@ def test_it_prunes_calls_past_their_age_and_nodes_no_kept_call_uses(transactiona
 
 def test_it_keeps_nodes_that_kept_calls_still_use(transactional_db):
     from extproxy.config import RetentionConfig
-    from extproxy.retention import prune
+    from extproxy.recording.retention import prune
 
-    recorder = Recorder(RecordingConfig(), RedactionConfig())
+    recorder = LocalRecorder()
     full = fixture_bytes("filter-request.nodecache-false.json")
     for _ in range(3):
         recorder.submit(make_trace(body=full, node_cache_capable=False))
-    assert recorder.flush(20)
-    recorder.stop()
+    assert recorder.flush()
 
     result = prune(RetentionConfig(max_age_seconds=7 * 86400, max_calls=2))
 

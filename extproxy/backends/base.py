@@ -16,7 +16,7 @@ from typing import Any, AsyncGenerator
 
 from ..config import BackendConfig
 from ..protocol import Verb
-from ..recorder import Trace
+from ..recording.trace import Trace
 
 
 @dataclass(slots=True)

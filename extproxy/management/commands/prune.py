@@ -3,7 +3,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from extproxy.config import load_config
-from extproxy.retention import prune
+from extproxy.recording.retention import prune
 
 
 class Command(BaseCommand):

@@ -1,0 +1,209 @@
+"""Stored bodies: compression, the Node store's de-duplication, and restoring a stored body.
+
+A stored body is zlib(mark + data). Mark `R`: the bytes as received (not a JSON object, or not
+decodable). Mark `C`: a JSON object whose Pod is redacted and whose Node items are replaced by
+`{"$node": sha256}` references into `NodeObject`, each distinct Node stored once.
+Pure functions and one in-memory de-duplicator; must not touch the database (the writer stores
+what `NodeDeduper.take_batch` returns).
+"""
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections import OrderedDict
+from typing import Any, Callable
+
+import msgspec
+
+from .. import bodyformat
+from ..config import RedactionConfig
+from ..protocol import go_key
+from ..redaction import needs_redaction, redact_object
+
+RAW_MARK = b"R"  # body stored as received (not a JSON object, or undecodable)
+COMPACT_MARK = b"C"  # JSON object with Node items replaced by {"$node": sha256}
+
+
+def compress(data: bytes) -> bytes:
+    # Level 1: most of the ratio on repetitive JSON at a fraction of the CPU of higher levels.
+    return zlib.compress(data, 1)
+
+
+def decompress(data: bytes) -> bytes:
+    return zlib.decompress(data) if data else b""
+
+
+def raw_blob(body: bytes) -> bytes:
+    """A body stored exactly as received."""
+    return compress(RAW_MARK + body)
+
+
+class _NodeListRaw(msgspec.Struct):
+    items: list[msgspec.Raw] = []
+    metadata: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+# What decoding bytes that are not readable JSON raises (beyond the protocol's own errors).
+UNDECODABLE = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
+
+
+class _Name(msgspec.Struct, frozen=True):
+    name: str = ""
+
+
+class _NamedObject(msgspec.Struct):
+    metadata: _Name = _Name()
+
+
+class NodeDeduper:
+    """Collects the distinct Node objects of a batch, keyed by the SHA-256 of canonical JSON.
+
+    Canonical (sorted keys, compact) so that the same Node sent with other spacing or key
+    order is stored once. Canonicalising costs a decode and an encode, so the hash of the raw
+    bytes is mapped to the canonical hash in a bounded cache: a Node that arrives byte for
+    byte as before (the common case) costs one SHA-256 of its bytes.
+    """
+
+    def __init__(self, rules: RedactionConfig, cache_size: int = 100_000) -> None:
+        self.rules = rules
+        self.batch: dict[str, tuple[str, bytes]] = {}  # canonical sha -> (name, json)
+        self.used: set[str] = set()  # every canonical sha the batch referred to
+        self._canonical: OrderedDict[bytes, tuple[str, str]] = OrderedDict()  # raw digest -> (sha, name)
+        self._cache_size = cache_size
+
+    def add(self, raw: bytes) -> str:
+        digest = hashlib.sha256(raw).digest()
+        known = self._canonical.get(digest)
+        if known is not None:
+            self._canonical.move_to_end(digest)
+            self.used.add(known[0])
+            return known[0]
+        node = msgspec.json.decode(raw)
+        if needs_redaction(raw, self.rules):
+            redact_object(node, self.rules)
+        data = msgspec.json.encode(node, order="sorted")
+        sha = hashlib.sha256(data).hexdigest()
+        name = ((node.get("metadata") or {}).get("name") or "") if isinstance(node, dict) else ""
+        self.batch.setdefault(sha, (str(name)[:253], data))
+        self.used.add(sha)
+        self._canonical[digest] = (sha, name)
+        while len(self._canonical) > self._cache_size:
+            self._canonical.popitem(last=False)
+        return sha
+
+    def add_exact(self, raw: bytes) -> tuple[str, list[str]]:
+        """Keep a Node object as received (keyed by the SHA-256 of its bytes), so its body can
+        be restored byte for byte; one that needs redaction is kept redacted, and the changes
+        are returned as marks."""
+        if needs_redaction(raw, self.rules):
+            node = msgspec.json.decode(raw)
+            kept = redact_object(msgspec.json.decode(raw), self.rules)
+            marks = bodyformat.redaction_marks(node, kept)
+            if marks:
+                return self.add(raw), marks
+        digest = hashlib.sha256(raw).digest()
+        known = self._canonical.get(digest)
+        if known is not None and known[0] == digest.hex():
+            self._canonical.move_to_end(digest)
+            self.used.add(known[0])
+            return known[0], []
+        sha = digest.hex()
+        try:
+            name = msgspec.json.decode(raw, type=_NamedObject).metadata.name
+        except msgspec.DecodeError:  # not shaped like a Node: kept all the same, without a name
+            name = ""
+        self.batch.setdefault(sha, (name[:253], raw))
+        self.used.add(sha)
+        self._canonical[digest] = (sha, name)
+        while len(self._canonical) > self._cache_size:
+            self._canonical.popitem(last=False)
+        return sha, []
+
+    def take_batch(self) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
+        """The new nodes and every node referred to since the last call."""
+        batch, used, self.batch, self.used = self.batch, self.used, {}, set()
+        return batch, used
+
+
+def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
+    """Redact, move Node objects into `nodes`, and return the form that is stored.
+
+    The spliced form (bodyformat) first: it restores the body byte for byte. The older
+    canonical form below only for bodies it cannot splice exactly.
+    """
+    redact = bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules))
+    try:
+        spliced = bodyformat.compact(body, redact, nodes.add_exact)
+    except UNDECODABLE:  # the older form below decides what to keep
+        spliced = None
+    if spliced is not None:
+        return spliced
+    # Unreadable where it must be redacted: raises, and the caller stores a raw record with why.
+    return _compact_body(body, rules, nodes)
+
+
+def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
+    try:
+        envelope = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError:
+        return RAW_MARK + body
+    out: dict[str, Any] = dict(envelope)
+    pod_key = go_key(envelope, "Pod")
+    if pod_key is not None:
+        out[pod_key] = redact_object(msgspec.json.decode(envelope[pod_key]), rules)
+    nodes_key = go_key(envelope, "Nodes")
+    if nodes_key is not None and bytes(envelope[nodes_key]).strip() != b"null":
+        try:
+            node_list = msgspec.json.decode(envelope[nodes_key], type=_NodeListRaw)
+            out[nodes_key] = {
+                "metadata": node_list.metadata,
+                "items": [{"$node": nodes.add(bytes(item))} for item in node_list.items],
+            }
+        except msgspec.DecodeError:
+            pass  # not a NodeList: keep the value as received
+    victims_key = go_key(envelope, "NodeNameToVictims")
+    if victims_key is not None:
+        victims = msgspec.json.decode(envelope[victims_key])
+        if isinstance(victims, dict):
+            for entry in victims.values():
+                for pod in (entry or {}).get("Pods") or (entry or {}).get("pods") or ():
+                    redact_object(pod, rules)
+        out[victims_key] = victims
+    return COMPACT_MARK + msgspec.json.encode(out)
+
+
+def restore(stored: bytes, load_nodes: Callable[[list[str]], dict[str, bytes]]) -> bodyformat.Restored:
+    """A stored body as received (redactions and lost nodes marked), whatever its stored form."""
+    data = decompress(stored)
+    if data.startswith(bodyformat.SPLICED_MARK):
+        return bodyformat.restore(data[1:], load_nodes)
+    if data.startswith(COMPACT_MARK):
+        marks = ["stored in the canonical form: keys re-ordered and re-encoded"]
+        return bodyformat.Restored(restore_body(stored, load_nodes), exact=False, marks=marks)
+    return bodyformat.Restored(data[1:], exact=True)
+
+
+def restore_body(stored: bytes, load_nodes: Callable[[list[str]], dict[str, bytes]]) -> bytes:
+    """The stored body as JSON bytes again, Node references replaced by the objects."""
+    data = decompress(stored)
+    if data.startswith(bodyformat.SPLICED_MARK):
+        return bodyformat.restore(data[1:], load_nodes).body
+    if not data.startswith(COMPACT_MARK):
+        return data[1:]
+    envelope = msgspec.json.decode(data[1:])
+    refs: list[str] = []
+    for value in envelope.values():
+        if isinstance(value, dict) and isinstance(value.get("items"), list):
+            refs += [i["$node"] for i in value["items"] if isinstance(i, dict) and "$node" in i]
+    if refs:
+        objects = load_nodes(refs)
+        for value in envelope.values():
+            if isinstance(value, dict) and isinstance(value.get("items"), list):
+                value["items"] = [
+                    msgspec.json.decode(objects[i["$node"]]) if isinstance(i, dict) and "$node" in i else i
+                    for i in value["items"]
+                ]
+    return msgspec.json.encode(envelope)
+
+
+# --- linking calls into scheduling attempts -------------------------------------------

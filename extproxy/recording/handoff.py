@@ -1,0 +1,239 @@
+"""The serving process's side of recording: `submit` and the spool-writer thread.
+
+Owns the hot path's entry point (`SpoolRecorder.submit`, a non-blocking append to a bounded
+in-memory hand-off) and the one thread that encodes what was handed over and appends it to
+the spool. Serving never waits on disk: the thread wakes every HANDOFF_TICK (or sooner when
+much is waiting) and writes everything waiting in one write.
+Must not decode bodies, judge, or touch the database: that is the recorder process's work.
+
+Bounds and drops, each counted in `extproxy_recorder_dropped_total{reason}` and logged at most
+once a second per reason: `queue-full` (the hand-off holds `recording.queueSize` calls or
+EXTPROXY_HANDOFF_BYTES of bodies), `spool-full` (the spool is at EXTPROXY_SPOOL_MAX_BYTES;
+the alarm gauge `extproxy_spool_full` is 1 meanwhile), `spool-error` (the disk refused the
+write), `stopping` (a call answered after shutdown began and after the hand-off was closed).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from .. import metrics
+from ..config import RecordingConfig
+from .spool import SpoolSettings, SpoolWriter, spool_status
+from .trace import Trace, encode_trace
+
+log = logging.getLogger(__name__)
+
+HANDOFF_TICK = 0.01  # seconds between the spool-writer's rounds when little is waiting
+WAKE_AT = 256  # calls waiting that wake the spool-writer before its tick
+
+
+class DropCounter:
+    """Drops by reason, with a log line at most once a second per reason."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._logged: dict[str, float] = {}
+
+    def add(self, reason: str, n: int = 1) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + n
+        now = time.monotonic()
+        if now - self._logged.get(reason, 0.0) >= 1.0:
+            self._logged[reason] = now
+            log.warning("recorder: call not recorded (%s); %d dropped for this reason so far", reason, self.counts[reason])
+
+
+class SpoolRecorder:
+    """The hand-off: bounded in memory, drained into the spool by one thread."""
+
+    def __init__(
+        self,
+        recording: RecordingConfig,
+        spool: SpoolSettings,
+        handoff_bytes: int = 256 << 20,
+        writer_name: str = "serve",
+        stop_seconds: float = 5.0,
+    ) -> None:
+        self.recording = recording
+        self.spool = spool
+        self.max_calls = max(1, recording.queue_size)
+        self.max_bytes = handoff_bytes
+        self.writer_name = writer_name
+        self.stop_seconds = stop_seconds
+        self.drops = DropCounter()
+        self.spooled = 0
+        self.spool_full = False
+        self._queue: deque[Trace] = deque()
+        self._bytes = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.writer: SpoolWriter | None = None
+        self._live: asyncio.AbstractServer | None = None
+
+    @classmethod
+    def from_settings(cls, recording: RecordingConfig) -> "SpoolRecorder":
+        from django.conf import settings
+
+        return cls(
+            recording,
+            SpoolSettings.from_django(),
+            handoff_bytes=settings.EXTPROXY_HANDOFF_BYTES,
+            writer_name=settings.EXTPROXY_SPOOL_WRITER,
+            stop_seconds=settings.EXTPROXY_SHUTDOWN_FLUSH_SECONDS,
+        )
+
+    # hot path ------------------------------------------------------------------------
+    def submit(self, trace: Trace) -> bool:
+        """Hand a trace over without blocking; False (and counted) when it is not kept."""
+        if not self.recording.enabled:
+            return False
+        size = trace.size()
+        with self._lock:
+            if self._closed:
+                self.drops.add("stopping")
+                return False
+            if len(self._queue) >= self.max_calls or self._bytes + size > self.max_bytes:
+                self.drops.add("queue-full")
+                return False
+            self._queue.append(trace)
+            self._bytes += size
+            waiting = len(self._queue)
+        if waiting >= WAKE_AT:
+            self._wake.set()
+        return True
+
+    # lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the spool and start the spool-writer thread (and, on an event loop, the
+        listener through which the recorder process sends live events back).
+
+        Called by the ASGI lifespan's startup; until then calls only fill the hand-off.
+        """
+        with self._lock:
+            if self._thread is not None or self._closed:
+                return
+            self.writer = SpoolWriter(self.spool, self.writer_name)
+            metrics.RECORDING.source = self
+            self._thread = threading.Thread(target=self._run, name="extproxy-spool-writer", daemon=True)
+            self._thread.start()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        from .live import start_listener
+
+        task = loop.create_task(start_listener(self.spool.root, self.writer.name))
+        task.add_done_callback(self._listening)
+
+    def _listening(self, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is not None:
+            log.error("recorder: live listener not started: %s", None if task.cancelled() else task.exception())
+            return
+        self._live = task.result()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop taking calls, write what is waiting into the spool, close it.
+
+        True when everything handed over reached the spool within the timeout.
+        """
+        timeout = self.stop_seconds if timeout is None else timeout
+        with self._lock:
+            self._closed = True
+        self._wake.set()
+        done = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+            done = not self._thread.is_alive()
+        if self._live is not None:
+            self._live.close()
+        if not done:
+            log.error("recorder: %d calls still in memory at shutdown were not spooled", len(self._queue))
+        return done
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything handed over so far is in the spool."""
+        self._wake.set()
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._queue or self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.05))
+        return True
+
+    # the spool-writer thread ---------------------------------------------------------
+    def _run(self) -> None:
+        assert self.writer is not None
+        try:
+            while True:
+                self._wake.wait(HANDOFF_TICK)
+                self._wake.clear()
+                with self._lock:
+                    batch = list(self._queue)
+                    self._queue.clear()
+                    self._in_flight = len(batch)
+                    closing = self._closed
+                if batch:
+                    self._spool(batch)
+                else:
+                    self._sync_quietly()
+                if closing and not batch:
+                    return
+        finally:
+            self.writer.close()
+
+    def _spool(self, batch: list[Trace]) -> None:
+        assert self.writer is not None
+        payloads: list[bytes] = []
+        for trace in batch:
+            try:
+                payloads.append(encode_trace(trace))
+            except Exception:  # a field of an unexpected type: a bug, counted, never fatal
+                log.exception("recorder: could not encode a %s call", trace.verb)
+                self.drops.add("unencodable")
+        try:
+            accepted = self.writer.append(payloads)
+        except OSError as exc:
+            log.error("recorder: spool write failed: %s", exc)
+            accepted = [False] * len(payloads)
+            self.drops.add("spool-error", len(payloads))
+        else:
+            refused = accepted.count(False)
+            self.spool_full = refused > 0
+            if refused:
+                self.drops.add("spool-full", refused)
+        with self._idle:
+            self.spooled += accepted.count(True)
+            self._bytes -= sum(t.size() for t in batch)
+            self._in_flight = 0
+            self._idle.notify_all()
+
+    def _sync_quietly(self) -> None:
+        assert self.writer is not None
+        try:
+            self.writer.maybe_sync()
+        except OSError as exc:
+            log.error("recorder: spool fsync failed: %s", exc)
+
+    # status --------------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        return len(self._queue) + self._in_flight
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
+    def status(self):
+        """The spool's depth, bytes and oldest age, as on disk now."""
+        known = {self.writer.name: self.writer.seq} if self.writer is not None else None
+        return spool_status(Path(self.spool.root), known)

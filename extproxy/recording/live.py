@@ -1,0 +1,160 @@
+"""Live events: summaries of committed calls, published to the channel layer's group.
+
+Owns the path from the recorder process (which commits) to the dashboard's consumers. With a
+cross-process channel layer (Redis) the recorder sends to the group itself. With the in-memory
+layer (the embedded default) only the serving process can reach its websockets, so the
+recorder sends each batch over a local socket to the serving process, whose listener passes it
+to its own layer. Live events are best effort: a failure is logged, never costs a record, and
+never blocks the recorder for long (send timeout). Must not query or write call records.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import msgspec
+
+log = logging.getLogger(__name__)
+
+LIVE_GROUP = "calls"
+SEND_TIMEOUT = 0.5
+LENGTH = struct.Struct("<I")
+MAX_MESSAGE = 64 << 20
+
+Publisher = Callable[[list[dict[str, Any]]], None]
+
+
+def socket_address(root: Path, writer: str) -> str:
+    """An abstract Unix socket name (Linux): no file to clean up, no path-length limit, and
+    shared by containers of one pod (one network namespace)."""
+    digest = hashlib.sha256(f"{Path(root).resolve()}\0{writer}".encode()).hexdigest()[:24]
+    return f"\0extproxy-live-{digest}"
+
+
+def _group_message(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "calls.batch", "calls": summaries}
+
+
+# --- serving side ----------------------------------------------------------------------
+
+
+async def start_listener(root: Path, writer: str) -> asyncio.AbstractServer:
+    """Accept the recorder's batches and hand them to this process's channel layer."""
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+
+    async def handle(reader: asyncio.StreamReader, writer_: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (length,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
+                if length > MAX_MESSAGE:
+                    return
+                summaries = msgspec.msgpack.decode(await reader.readexactly(length))
+                if layer is not None and summaries:
+                    await layer.group_send(LIVE_GROUP, _group_message(summaries))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except Exception:  # a bad message costs the connection, not the process
+            log.exception("live listener: message dropped")
+        finally:
+            writer_.close()
+
+    return await asyncio.start_unix_server(handle, path=socket_address(root, writer))
+
+
+# --- recorder side ---------------------------------------------------------------------
+
+
+class SocketPublisher:
+    """Sends summaries to every serving process that has a writer directory in the spool."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._sockets: dict[str, socket.socket] = {}
+        self._retry_at: dict[str, float] = {}
+
+    def __call__(self, summaries: list[dict[str, Any]]) -> None:
+        data = msgspec.msgpack.encode(summaries)
+        message = LENGTH.pack(len(data)) + data
+        for directory in self.root.iterdir():
+            if directory.is_dir():
+                self._send(directory.name, message)
+
+    def _send(self, writer: str, message: bytes) -> None:
+        sock = self._sockets.get(writer)
+        if sock is None:
+            if time.monotonic() < self._retry_at.get(writer, 0.0):
+                return
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(SEND_TIMEOUT)
+            try:
+                sock.connect(socket_address(self.root, writer))
+            except OSError:
+                sock.close()
+                self._retry_at[writer] = time.monotonic() + 1.0  # nobody listening (writer gone)
+                return
+            self._sockets[writer] = sock
+        try:
+            sock.sendall(message)
+        except OSError as exc:
+            log.warning("live events for %s not sent: %s", writer, exc)
+            sock.close()
+            del self._sockets[writer]
+
+    def close(self) -> None:
+        for sock in self._sockets.values():
+            sock.close()
+        self._sockets.clear()
+
+
+class LayerPublisher:
+    """Sends summaries straight to a cross-process channel layer (Redis)."""
+
+    def __init__(self) -> None:
+        from asgiref.sync import async_to_sync
+        from channels.layers import get_channel_layer
+
+        self._layer = get_channel_layer()
+        self._send = async_to_sync(self._layer.group_send) if self._layer is not None else None
+
+    def __call__(self, summaries: list[dict[str, Any]]) -> None:
+        if self._send is not None:
+            self._send(LIVE_GROUP, _group_message(summaries))
+
+    def close(self) -> None:
+        pass
+
+
+def recorder_publisher(root: Path) -> SocketPublisher | LayerPublisher:
+    """The right publisher for this deployment's channel layer."""
+    from django.conf import settings
+
+    backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+    if backend.endswith("InMemoryChannelLayer") or not backend:
+        return SocketPublisher(root)
+    return LayerPublisher()
+
+
+def channel_layer_publisher(loop: asyncio.AbstractEventLoop | None) -> Publisher:
+    """Publish to this process's layer (in-process tools and tests); on `loop` when given."""
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+
+    def publish(summaries: list[dict[str, Any]]) -> None:
+        if layer is None:
+            return
+        coro = layer.group_send(LIVE_GROUP, _group_message(summaries))
+        if loop is not None and loop.is_running():
+            asyncio.run_coroutine_threadsafe(coro, loop)
+        else:
+            asyncio.run(coro)
+
+    return publish

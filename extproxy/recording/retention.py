@@ -1,0 +1,66 @@
+"""Retention: delete calls older than `maxAge`, beyond the newest `maxCalls`, or the oldest
+while the store is above `maxBytes` (each deletion noted as a gap, see extproxy/pruning.py),
+then the Node objects no kept call can refer to, and audit events past `auditMaxAge`.
+
+A Node object's `last_seen` is refreshed at most every TOUCH_EVERY seconds while calls carry
+it (writer.py), so every node a kept call refers to has last_seen >= (that call's time -
+TOUCH_EVERY). Nodes older than the oldest kept call by more than that are safe to delete.
+Deletes go in chunks so that a large backlog never holds the database's write lock for long.
+Safe to run from several replicas at once. Runs in the recorder process (every PRUNE_EVERY)
+and from `manage.py prune`; must not run on the hot path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..config import RetentionConfig
+
+CHUNK = 2000
+TOUCH_EVERY = 600.0  # seconds between last_seen refreshes of a node in use
+PRUNE_EVERY = 60.0  # seconds between retention passes of the recorder
+
+
+@dataclass
+class Pruned:
+    calls: int = 0
+    nodes: int = 0
+    audit_events: int = 0
+
+
+def prune(retention: RetentionConfig, now: datetime | None = None) -> Pruned:
+    from ..models import Call, NodeObject
+    from ..pruning import delete_calls, prune_audit, prune_to_size
+
+    now = now or timezone.now()
+    result = Pruned()
+    if retention.max_age_seconds > 0:
+        cutoff = now - timedelta(seconds=retention.max_age_seconds)
+        result.calls += delete_calls(Call.objects.filter(started_at__lt=cutoff), "pruned-age")
+    if retention.max_calls > 0:
+        boundary = (
+            Call.objects.order_by("-started_at", "-id").values_list("started_at", flat=True)[retention.max_calls : retention.max_calls + 1]
+        )
+        if boundary:
+            result.calls += delete_calls(Call.objects.filter(started_at__lte=boundary[0]), "pruned-count")
+    if retention.max_bytes > 0:
+        result.calls += prune_to_size(retention.max_bytes)
+    oldest = Call.objects.order_by("started_at").values_list("started_at", flat=True).first()
+    node_cutoff = (oldest or now) - timedelta(seconds=TOUCH_EVERY * 2)
+    result.nodes = _delete_chunks(NodeObject.objects.filter(last_seen__lt=node_cutoff))
+    result.audit_events = prune_audit(retention.audit_max_age_seconds, now)
+    return result
+
+
+def _delete_chunks(queryset) -> int:
+    total = 0
+    while True:
+        keys = list(queryset.values_list("pk", flat=True)[:CHUNK])
+        if not keys:
+            return total
+        with transaction.atomic():
+            queryset.model.objects.filter(pk__in=keys).delete()
+        total += len(keys)

@@ -1,0 +1,273 @@
+"""Turning one Trace into the rows that are stored: a Call and its BackendCalls.
+
+Owns reading the request (pod identity, node names), judging the reply the way the scheduler
+does (extproxy.semantics), redaction (through extproxy.redaction, via blobs.compact_body), the
+bounds on stored fields, and the raw record for a call whose record cannot be built (bodies as
+received, finding `undecodable-request` or `undecodable-reply` with the reason).
+Returns unsaved model instances; must not write to the database (writer.py does).
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .. import protocol, semantics
+from ..config import BackendConfig, RedactionConfig
+from ..protocol import Verb
+from ..semantics import Decision, Outcome, Result
+from .attempts import AttemptTracker
+from .blobs import NodeDeduper, compact_body, compress, raw_blob
+from .trace import Trace
+
+if TYPE_CHECKING:
+    from ..models import BackendCall, Call
+
+log = logging.getLogger(__name__)
+
+# Bounds on what one call stores, so every list and page can render any call.
+MAX_FINDINGS = 100  # kept per call; the rest are counted in one `findings-truncated` finding
+MAX_FINDING_TEXT = 2048  # characters of a finding's detail
+MAX_KIND_TEXT = 64
+MAX_ERROR_TEXT = 16384  # characters of a call's error text
+NON_200_BODY_BYTES = 4096  # of a non-200 reply, kept in the error text
+
+Built = tuple["Call", list["BackendCall"]]
+
+
+class Undecodable(Exception):
+    """The record of a call cannot be built; `kind` says which side could not be read."""
+
+    def __init__(self, kind: str, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.kind = kind
+
+
+def _when(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+def bounded_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most MAX_FINDINGS findings, each with bounded text; the rest counted."""
+    kept = [
+        {"kind": str(f.get("kind", ""))[:MAX_KIND_TEXT], "detail": str(f.get("detail", ""))[:MAX_FINDING_TEXT]}
+        for f in findings[:MAX_FINDINGS]
+    ]
+    if len(findings) > MAX_FINDINGS:
+        kept.append({"kind": "findings-truncated", "detail": f"{len(findings) - MAX_FINDINGS} more findings not kept"})
+    return kept
+
+
+def read_request(trace: Trace) -> dict[str, Any]:
+    """Pod identity and node list of the request; `request_error` when the scheduler's
+    decoder would refuse it (a protocol error is a finding, not an undecodable record)."""
+    ident: dict[str, Any] = {"namespace": "", "name": "", "uid": "", "nodes": []}
+    try:
+        if trace.verb in ("filter", "prioritize"):
+            split = protocol.split_extender_args(trace.request_body)
+            ns, name, uid = split.pod_identity
+            ident.update(namespace=ns, name=name, uid=uid, nodes=split.node_names, names_mode=split.names_mode)
+        elif trace.verb == "bind":
+            args = protocol.decode_binding_args(trace.request_body)
+            ident.update(namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, nodes=[args.node])
+        elif trace.verb == "preempt":
+            pargs = protocol.decode_preemption_args(trace.request_body)
+            ns, name, uid = protocol.pod_identity(pargs.pod)
+            ident.update(namespace=ns, name=name, uid=uid)
+            ident["victims"] = _input_victims(pargs)
+            ident["nodes"] = list(ident["victims"])
+    except protocol.ProtocolError as exc:
+        ident["request_error"] = str(exc)
+    return ident
+
+
+def judge_reply(trace: Trace, ident: dict[str, Any]) -> semantics.Verdict | None:
+    """The scheduler's reading of the reply; None when the backend gave no answer."""
+    if trace.status is None or trace.truncated:
+        return None
+    if trace.verdict is not None:
+        return trace.verdict
+    # The combined entry's mode is whichever the scheduler used for this request.
+    cache_capable = ident.get("names_mode", False) if trace.form == "combined" else trace.node_cache_capable
+    backend = BackendConfig.as_recorded(
+        trace.backend, trace.url, Verb(trace.verb), trace.verb_string, node_cache_capable=cache_capable, weight=trace.weight
+    )
+    if trace.verb == "filter":
+        return semantics.judge_filter(backend, ident["nodes"], trace.status, trace.response_body)
+    if trace.verb == "prioritize":
+        return semantics.judge_prioritize(backend, ident["nodes"], trace.status, trace.response_body)
+    if trace.verb == "bind":
+        return semantics.judge_bind(backend, trace.status, trace.response_body)
+    return semantics.judge_preempt(backend, ident.get("victims", {}), trace.status, trace.response_body)
+
+
+def judge(trace: Trace) -> tuple[dict[str, Any], semantics.Verdict | None]:
+    """Both halves at once (kept for callers that want the reading without rows)."""
+    ident = read_request(trace)
+    return ident, judge_reply(trace, ident)
+
+
+def _input_victims(args: protocol.PreemptionArgs) -> dict[str, list[str]]:
+    if args.node_to_meta_victims is not None:
+        return {node: list(mv.pods) if mv else [] for node, mv in args.node_to_meta_victims.items()}
+    result: dict[str, list[str]] = {}
+    for node, victims in (args.node_to_victims or {}).items():
+        result[node] = [protocol.pod_identity(p)[2] for p in victims.pods] if victims else []
+    return result
+
+
+def _outcome(trace: Trace, verdict: semantics.Verdict | None) -> tuple[Outcome, str, list[dict], list[Decision]]:
+    if trace.timed_out:
+        return Outcome.TIMEOUT, trace.transport_error, [], []
+    if verdict is None:
+        if trace.truncated and not trace.transport_error:
+            return Outcome.ERROR, "reply too large to judge: only its first part is kept (see findings)", [], []
+        return Outcome.ERROR, trace.transport_error or "no answer", [], []
+    findings = list(verdict.findings)
+    error = verdict.error
+    if trace.status not in (None, 200) and trace.response_body:
+        # The scheduler throws a non-200 body away; operators need it.
+        body = bytes(trace.response_body[:NON_200_BODY_BYTES]).decode("utf-8", "replace")
+        error = f"{error}: {body}" if error else body
+    return verdict.outcome, error, findings, verdict.decisions
+
+
+class _Stage:
+    """Which side of the call is being read, so a failure names it."""
+
+    def __init__(self) -> None:
+        self.kind = "undecodable-request"
+
+
+def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, nodes: NodeDeduper) -> Built:
+    """An unsaved Call (and its BackendCalls) for one trace; raises Undecodable.
+
+    A combined call's decisions are its own (backend "combined") followed by each backend's,
+    so one call shows every backend's verdict on every node.
+    """
+    from ..models import BackendCall, Call
+
+    stage = _Stage()
+    try:
+        ident = read_request(trace)
+        request_blob = compress(compact_body(trace.request_body, rules, nodes))
+        stage.kind = "undecodable-reply"
+        verdict = judge_reply(trace, ident)
+        outcome, error, findings, decisions = _outcome(trace, verdict)
+        response_blob = compress(compact_body(trace.response_body, rules, nodes))
+        children = []
+        for child in trace.backend_calls:
+            kid, c_decisions = _backend_call(child, rules, nodes, stage)
+            decisions = decisions + c_decisions
+            children.append(kid)
+        decisions_blob = compress(msgspec.json.encode(decisions))
+    except Exception as exc:  # anything unreadable: the caller stores the raw record
+        raise Undecodable(stage.kind, exc) from exc
+    if "request_error" in ident:
+        findings.append({"kind": "bad-request", "detail": ident["request_error"]})
+    counts = Counter(d.result for d in decisions)
+    call = Call(
+        call_id=trace.call_id,
+        verb=trace.verb,
+        backend=trace.backend,
+        form=trace.form,
+        pod_namespace=ident["namespace"][:253],
+        pod_name=ident["name"][:253],
+        pod_uid=ident["uid"][:64],
+        attempt=attempts.link(ident["uid"], trace.verb, trace.backend, len(ident["nodes"]), trace.started_at),
+        started_at=_when(trace.started_at),
+        finished_at=_when(trace.finished_at),
+        outcome=outcome,
+        http_status=trace.status,
+        error=error[:MAX_ERROR_TEXT],
+        node_count=len(ident["nodes"]),
+        passed_count=counts[Result.PASSED],
+        failed_count=counts[Result.FAILED],
+        unresolvable_count=counts[Result.UNRESOLVABLE],
+        findings=bounded_findings(findings + list(trace.findings)),
+        request_body=request_blob,
+        response_body=response_blob,
+        response_status=trace.answered_status,
+        decisions_blob=decisions_blob,
+    )
+    return call, children
+
+
+def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stage: _Stage) -> tuple["BackendCall", list[Decision]]:
+    from ..models import BackendCall
+
+    stage.kind = "undecodable-request"
+    ident = read_request(child)
+    request_blob = compress(compact_body(child.request_body, rules, nodes))
+    stage.kind = "undecodable-reply"
+    c_outcome, c_error, c_findings, c_decisions = _outcome(child, judge_reply(child, ident))
+    kid = BackendCall(
+        backend=child.backend,
+        verb=child.verb,
+        started_at=_when(child.started_at),
+        finished_at=_when(child.finished_at),
+        outcome=c_outcome,
+        http_status=child.status,
+        error=c_error[:MAX_ERROR_TEXT],
+        findings=bounded_findings(c_findings + list(child.findings)),
+        request_body=request_blob,
+        response_body=compress(compact_body(child.response_body, rules, nodes)),
+        decisions_blob=compress(msgspec.json.encode(c_decisions)),
+    )
+    return kid, c_decisions
+
+
+def raw_call(trace: Trace, kind: str, why: str) -> Built:
+    """The record of a call that could not be decoded: bodies as received, the reason kept.
+
+    Outcome `error`, pod fields empty, no decisions (COMMON.md, "raw record"). Only plain
+    field copies and compression: this must not fail where build_call did.
+    """
+    from ..models import BackendCall, Call
+
+    finding = {"kind": kind, "detail": why}
+    call = Call(
+        call_id=trace.call_id,
+        verb=str(trace.verb)[:16],
+        backend=str(trace.backend)[:63],
+        form=str(trace.form)[:16],
+        started_at=_when(trace.started_at),
+        finished_at=_when(trace.finished_at),
+        outcome="timeout" if trace.timed_out else "error",
+        http_status=trace.status,
+        error=(trace.transport_error or f"record not decodable: {why}")[:MAX_ERROR_TEXT],
+        findings=bounded_findings([finding] + list(trace.findings)),
+        request_body=raw_blob(bytes(trace.request_body)),
+        response_body=raw_blob(bytes(trace.response_body)),
+        response_status=trace.answered_status,
+        decisions_blob=compress(b"[]"),
+    )
+    children = [
+        BackendCall(
+            backend=str(c.backend)[:63],
+            verb=str(c.verb)[:16],
+            started_at=_when(c.started_at),
+            finished_at=_when(c.finished_at),
+            outcome="timeout" if c.timed_out else "error",
+            http_status=c.status,
+            error=(c.transport_error or "part of a call whose record could not be decoded")[:MAX_ERROR_TEXT],
+            findings=bounded_findings(list(c.findings)),
+            request_body=raw_blob(bytes(c.request_body)),
+            response_body=raw_blob(bytes(c.response_body)),
+            decisions_blob=compress(b"[]"),
+        )
+        for c in trace.backend_calls
+    ]
+    return call, children
+
+
+def build_or_raw(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, nodes: NodeDeduper) -> tuple[Built, bool]:
+    """The call's rows, and whether they are a raw record."""
+    try:
+        return build_call(trace, rules, attempts, nodes), False
+    except Undecodable as exc:
+        log.warning("recorder: %s %s call %s stored raw (%s): %s", trace.backend, trace.verb, trace.call_id, exc.kind, exc)
+        return raw_call(trace, exc.kind, str(exc)[:MAX_FINDING_TEXT]), True

@@ -1,0 +1,127 @@
+"""The Trace: what the hot path hands over for one call, and its spooled byte form.
+
+Owns the Trace dataclass (built by the engine and the combined form, never decoded there) and
+its encoding for the spool (msgpack through msgspec: bytes stay bytes, no base64, one copy).
+Must not decode bodies, judge, or touch Django: it runs on the hot path's side.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+FORMAT = 1  # bumped when the spooled form changes; a recorder refuses what it cannot read
+
+
+def new_call_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(slots=True)
+class Trace:
+    """What happened on one call, as raw as the hot path had it."""
+
+    verb: str
+    backend: str
+    url: str  # the backend's urlPrefix (the scheduler's name for an extender)
+    started_at: float
+    finished_at: float
+    request_body: bytes
+    status: int | None  # the backend's HTTP status; None when it gave no answer
+    response_body: bytes  # the backend's body
+    answered_status: int  # what extproxy sent the scheduler
+    answered_body: bytes | None = None  # only when extproxy answered other bytes than the backend's
+    transport_error: str = ""
+    timed_out: bool = False
+    node_cache_capable: bool = False
+    weight: int = 0
+    form: str = "per-backend"
+    verb_string: str = ""  # the verb as configured (may differ from `verb`, e.g. predicates/gpu)
+    # semantics.Verdict when the hot path already judged the reply (combined). Not spooled:
+    # the recorder process judges the bytes again, off the hot path.
+    verdict: Any = None
+    backend_calls: list["Trace"] = field(default_factory=list)
+    call_id: str = field(default_factory=new_call_id)  # unique; becomes Call.call_id
+    # Findings the hot path already knows ({"kind", "detail"}), e.g. reply-truncated: then
+    # response_body is only the reply's first EXTPROXY_MAX_REPLY_BYTES and cannot be judged.
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        return any(f.get("kind") == "reply-truncated" for f in self.findings)
+
+    def size(self) -> int:
+        return len(self.request_body) + len(self.response_body) + sum(c.size() for c in self.backend_calls)
+
+
+class _Spooled(msgspec.Struct, array_like=True):
+    """The spooled form of a Trace: positional, so a record carries no field names."""
+
+    verb: str
+    backend: str
+    url: str
+    started_at: float
+    finished_at: float
+    request_body: bytes
+    status: int | None
+    response_body: bytes
+    answered_status: int
+    answered_body: bytes | None
+    transport_error: str
+    timed_out: bool
+    node_cache_capable: bool
+    weight: int
+    form: str
+    verb_string: str
+    call_id: str
+    findings: list[dict[str, Any]]
+    backend_calls: list["_Spooled"]
+
+
+class _Record(msgspec.Struct, array_like=True):
+    format: int
+    trace: _Spooled
+
+
+def _spooled(t: Trace) -> _Spooled:
+    return _Spooled(
+        t.verb, t.backend, t.url, t.started_at, t.finished_at, bytes(t.request_body), t.status,
+        bytes(t.response_body), t.answered_status, None if t.answered_body is None else bytes(t.answered_body),
+        t.transport_error, t.timed_out, t.node_cache_capable, t.weight, t.form, t.verb_string, t.call_id,
+        list(t.findings), [_spooled(c) for c in t.backend_calls],
+    )
+
+
+def _trace(s: _Spooled) -> Trace:
+    return Trace(
+        verb=s.verb, backend=s.backend, url=s.url, started_at=s.started_at, finished_at=s.finished_at,
+        request_body=s.request_body, status=s.status, response_body=s.response_body,
+        answered_status=s.answered_status, answered_body=s.answered_body, transport_error=s.transport_error,
+        timed_out=s.timed_out, node_cache_capable=s.node_cache_capable, weight=s.weight, form=s.form,
+        verb_string=s.verb_string, call_id=s.call_id, findings=s.findings,
+        backend_calls=[_trace(c) for c in s.backend_calls],
+    )
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(_Record)
+
+
+def encode_trace(trace: Trace) -> bytes:
+    return _encoder.encode(_Record(FORMAT, _spooled(trace)))
+
+
+class UnreadableRecord(Exception):
+    """A spooled record this recorder cannot turn back into a Trace."""
+
+
+def decode_trace(data: bytes | memoryview) -> Trace:
+    try:
+        record = _decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise UnreadableRecord(str(exc)) from None
+    if record.format != FORMAT:
+        raise UnreadableRecord(f"spool record format {record.format}, this recorder reads {FORMAT}")
+    return _trace(record.trace)

@@ -1,0 +1,306 @@
+"""The recorder process's loop: drain the spool into the database in batches.
+
+Owns reading a batch from the spool, turning each record into rows (rows.py; a raw record when
+that fails), storing the batch in one transaction (`BatchWriter`), marking it committed in the
+spool, then publishing live summaries (live.py) and, every PRUNE_EVERY, retention.
+A batch that fails to store (database down, locked) is kept and retried with backoff; the
+spool keeps filling meanwhile, so an outage loses nothing up to the spool's bound. A record
+already in the database (a batch re-read after a restart) is skipped by its unique call_id.
+This is the only writer of call records. Must not run in the serving process.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Collection
+
+from ..config import RecordingConfig, RedactionConfig, RetentionConfig
+from .attempts import AttemptTracker
+from .blobs import NodeDeduper, compress
+from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
+from .rows import Built, build_or_raw
+from .spool import SpoolReader, write_recorder_counters
+from .trace import Trace, UnreadableRecord, decode_trace
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT = 5.0  # seconds between counter saves while idle (the serving side reads their age)
+BATCH_BYTES = 64 << 20  # payload bytes read per batch at most (besides recording.batchSize)
+
+
+def insert_rows(model, objects: list, conflict: str) -> None:
+    """INSERT many rows in one executemany and set their primary keys.
+
+    The ORM's bulk_create adapts every value through each field's generic path, which was
+    most of the writer's time; the fields stored here are few and plain, so they are adapted
+    once per kind. Rows whose `conflict` column is already stored are skipped by the database
+    (ON CONFLICT DO NOTHING: SQLite and PostgreSQL both have it) and keep pk None.
+    """
+    from django.db import connection, models
+
+    if not objects:
+        return
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    ops = connection.ops
+    adapt = []
+    for f in fields:
+        if isinstance(f, models.DateTimeField):
+            adapt.append(ops.adapt_datetimefield_value)
+        elif isinstance(f, models.JSONField):
+            adapt.append(lambda v, _ops=ops, _f=f: _f.get_db_prep_save(v, connection))
+        else:
+            adapt.append(None)
+    names = [f.attname for f in fields]
+    rows = [
+        tuple(getattr(o, n) if a is None else a(getattr(o, n)) for n, a in zip(names, adapt))
+        for o in objects
+    ]
+    table = connection.ops.quote_name(model._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    sql = (f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))}) "
+           f"ON CONFLICT ({connection.ops.quote_name(conflict)}) DO NOTHING")
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+    keys = [getattr(o, conflict) for o in objects]
+    ids: dict[str, int] = {}
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        ids.update(model.objects.filter(**{f"{conflict}__in": chunk}).values_list(conflict, "pk"))
+    for o in objects:
+        o.pk = ids.get(getattr(o, conflict))
+
+
+class BatchWriter:
+    """Rows -> database: one transaction per batch; node de-duplication across batches."""
+
+    def __init__(self, redaction: RedactionConfig) -> None:
+        self.redaction = redaction
+        self.attempts = AttemptTracker()
+        self.nodes = NodeDeduper(redaction)
+        self._touched: OrderedDict[str, float] = OrderedDict()
+        self.raw = 0
+
+    def build(self, traces: list[Trace]) -> tuple[list[Built], list, set[str]]:
+        """The unsaved rows of a batch: (call, children) pairs, new Node objects, nodes used."""
+        from ..models import NodeObject
+
+        built = []
+        for trace in traces:
+            rows, raw = build_or_raw(trace, self.redaction, self.attempts, self.nodes)
+            self.raw += raw
+            built.append(rows)
+        fresh, used = self.nodes.take_batch()
+        new_nodes = [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()]
+        return built, new_nodes, used - fresh.keys()
+
+    def store(self, built: list[Built], new_nodes: list, used: Collection[str] = ()) -> list[dict[str, Any]]:
+        """One transaction; on failure nothing is stored and the same rows can be stored again.
+
+        Returns the summaries (the live stream's payload) of the calls newly stored.
+        """
+        from django.db import transaction
+
+        from ..models import BackendCall, Call, NodeObject
+
+        with transaction.atomic():
+            if new_nodes:
+                NodeObject.objects.bulk_create(new_nodes, ignore_conflicts=True, batch_size=500)
+            self._touch_nodes(used)
+            fresh = self._not_stored_yet(built)
+            calls = [call for call, _ in fresh]
+            insert_rows(Call, calls, conflict="call_id")
+            children = []
+            for call, kids in fresh:
+                for kid in kids:
+                    kid.pk = None
+                    kid.call = call
+                    children.append(kid)
+            if children:
+                BackendCall.objects.bulk_create(children, batch_size=500)
+        return [call.to_json() for call in calls]
+
+    @staticmethod
+    def _not_stored_yet(built: list[Built]) -> list[Built]:
+        """The batch without calls whose call_id is already stored (or repeated in it)."""
+        from ..models import Call
+
+        ids = [call.call_id for call, _ in built]
+        stored: set[str] = set()
+        for start in range(0, len(ids), 500):
+            stored.update(Call.objects.filter(call_id__in=ids[start : start + 500]).values_list("call_id", flat=True))
+        fresh = []
+        for call, kids in built:
+            if call.call_id not in stored:
+                stored.add(call.call_id)
+                fresh.append((call, kids))
+        return fresh
+
+    def _touch_nodes(self, used: Collection[str]) -> None:
+        """Refresh last_seen of nodes still in use, each at most every TOUCH_EVERY seconds."""
+        from django.utils import timezone as dj_timezone
+
+        from ..models import NodeObject
+
+        now = time.monotonic()
+        stale = [sha for sha in used if now - self._touched.get(sha, -TOUCH_EVERY) >= TOUCH_EVERY]
+        for start in range(0, len(stale), 500):
+            NodeObject.objects.filter(sha256__in=stale[start : start + 500]).update(last_seen=dj_timezone.now())
+        for sha in stale:
+            self._touched[sha] = now
+            self._touched.move_to_end(sha)
+        while len(self._touched) > 200_000:
+            self._touched.popitem(last=False)
+
+    def write(self, traces: list[Trace]) -> list[dict[str, Any]]:
+        """Build and store at once (tools and tests that hold traces in hand)."""
+        return self.store(*self.build(traces))
+
+
+@dataclass
+class Counters:
+    """The recorder process's counters, mirrored to recorder.json for the serving /metrics."""
+
+    written: int = 0
+    raw: int = 0
+    batches: int = 0
+    write_errors: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)  # "backend verb outcome" -> count
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(), "updated_at": time.time(), "written": self.written, "raw": self.raw,
+            "batches": self.batches, "write_errors": self.write_errors, "dropped": self.dropped, "calls": self.calls,
+        }
+
+
+class Drainer:
+    """Spool -> database, batch after batch, until stopped."""
+
+    def __init__(
+        self,
+        root: Path,
+        recording: RecordingConfig,
+        redaction: RedactionConfig,
+        retention: RetentionConfig | None = None,
+        publisher=None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.recording = recording
+        self.reader = SpoolReader(self.root)
+        self.writer = BatchWriter(redaction)
+        self.retention = retention
+        self.publisher = publisher
+        self.stop = stop or threading.Event()
+        self.counters = Counters()
+        self._next_prune = 0.0
+        self._saved = 0.0
+
+    def run(self, until_idle: bool = False) -> None:
+        """Drain until stopped (or, with until_idle, until the spool has nothing to read)."""
+        self._save_counters()
+        while not self.stop.is_set():
+            self._maybe_prune()
+            if self.drain_batch() == 0:
+                if until_idle:
+                    return
+                if time.monotonic() - self._saved >= HEARTBEAT:
+                    self._save_counters()
+                self.stop.wait(self.recording.flush_interval)
+
+    def drain_batch(self) -> int:
+        """One batch: read, build, store (retrying), commit, publish. Returns records read."""
+        result = self.reader.read(self.recording.batch_size, BATCH_BYTES)
+        if result.torn:
+            self._drop("torn", result.torn)
+        if not result.entries:
+            if result.torn:
+                self.reader.commit()
+                self._save_counters()
+            return 0
+        traces = []
+        for entry in result.entries:
+            try:
+                traces.append(decode_trace(entry.payload))
+            except UnreadableRecord as exc:
+                log.error("recorder: spool record %s/%d unreadable: %s", entry.writer, entry.seq, exc)
+                self._drop("unreadable", 1)
+        raw_before = self.writer.raw
+        built, new_nodes, used = self.writer.build(traces)
+        summaries = self._store(built, new_nodes, used)
+        if summaries is None:  # stopped while the database was down: it stays in the spool
+            self.reader.rewind()
+            return 0
+        self.reader.commit()
+        self._count(summaries, self.writer.raw - raw_before)
+        self._publish(summaries)
+        return len(result.entries)
+
+    def _store(self, built: list[Built], new_nodes: list, used: set[str]) -> list[dict[str, Any]] | None:
+        from django.db import close_old_connections, connection
+
+        delay = 0.1
+        while True:
+            try:
+                return self.writer.store(built, new_nodes, used)
+            except Exception as exc:  # the database is down or refused the batch: keep it, retry
+                self.counters.write_errors += 1
+                self._save_counters()
+                log.error("recorder: writing %d calls failed (%s); retrying in %.1fs", len(built), exc, delay)
+                try:
+                    connection.close()
+                except Exception:  # closing a broken connection may fail too
+                    pass
+                close_old_connections()
+                if self.stop.wait(delay):
+                    return None
+                delay = min(delay * 2, 5.0)
+
+    def _count(self, summaries: list[dict[str, Any]], raw: int) -> None:
+        c = self.counters
+        c.written += len(summaries)
+        c.raw += raw
+        c.batches += 1
+        for s in summaries:
+            key = f"{s['backend']} {s['verb']} {s['outcome']}"
+            c.calls[key] = c.calls.get(key, 0) + 1
+        self._save_counters()
+
+    def _drop(self, reason: str, n: int) -> None:
+        self.counters.dropped[reason] = self.counters.dropped.get(reason, 0) + n
+        self._save_counters()
+
+    def _save_counters(self) -> None:
+        self._saved = time.monotonic()
+        try:
+            write_recorder_counters(self.root, self.counters.as_json())
+        except OSError as exc:
+            log.warning("recorder: counters not saved: %s", exc)
+
+    def _publish(self, summaries: list[dict[str, Any]]) -> None:
+        if not summaries or self.publisher is None:
+            return
+        try:
+            self.publisher(summaries)
+        except Exception:  # a failing live stream never costs a record
+            log.exception("recorder: publishing %d live events failed", len(summaries))
+
+    def _maybe_prune(self) -> None:
+        if self.retention is None or time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + PRUNE_EVERY
+        try:
+            prune(self.retention)
+        except Exception:  # retention is retried on the next pass; recording goes on
+            log.exception("recorder: retention pass failed")
+
+    def close(self) -> None:
+        self.reader.close()
+        if self.publisher is not None and hasattr(self.publisher, "close"):
+            self.publisher.close()
