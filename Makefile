@@ -20,8 +20,11 @@ setup: $(VENV)/.installed
 migrate: setup
 	$(PY) manage.py migrate --noinput -v 0
 
+# Two processes: the recorder (drains the spool into the database, at lower priority; it
+# ends when uvicorn does) and uvicorn (serves; hands calls to the spool).
 run: migrate
 	$(PY) manage.py bootstrap
+	$(PY) manage.py recorder --exit-with-parent & \
 	exec $(VENV)/bin/uvicorn extproxy.asgi:application --host $(HOST) --port $(PORT) \
 		--loop uvloop --http httptools --no-access-log --lifespan on
 

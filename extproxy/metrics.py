@@ -53,12 +53,17 @@ class RecordingCollector:
     def __init__(self) -> None:
         self.source: Any = None  # the serving process's SpoolRecorder, set when it starts
 
+    def describe(self):
+        return []  # nothing at registration: collect() imports the engine, which imports us
+
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         recorder = self.source
-        if recorder is None:
-            return
+        if recorder is None:  # not started yet: the process's engine still has one
+            from .engine import get_engine
+
+            recorder = get_engine().recorder
         from .recording.spool import read_recorder_counters
 
         status = recorder.status()

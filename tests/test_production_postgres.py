@@ -1,8 +1,8 @@
 """The production storage for real: a server process on PostgreSQL (DATABASE_URL's server, or a
 throwaway one: tests/services.py).
 
-The server runs as `make run` runs it (migrate, bootstrap, uvicorn), in its own process, on a
-fresh database that the test creates and drops.
+The server runs as `make run` runs it (migrate, bootstrap, uvicorn, and the recorder process
+beside it), on a fresh database that the test creates and drops.
 """
 from __future__ import annotations
 
@@ -49,10 +49,13 @@ def test_it_records_and_serves_calls_on_postgresql(postgres_url, backend_server,
         f"backends:\n- name: gpu\n  urlPrefix: {backend.url}/scheduler\n  filterVerb: filter\n"
         "  bindVerb: bind\n  nodeCacheCapable: true\n"
     )
-    env = dict(os.environ, DATABASE_URL=postgres_url, EXTPROXY_CONFIG=str(config), EXTPROXY_ADMIN_PASSWORD="s3cret")
+    env = dict(os.environ, DATABASE_URL=postgres_url, EXTPROXY_CONFIG=str(config), EXTPROXY_ADMIN_PASSWORD="s3cret",
+               EXTPROXY_SPOOL_DIR=str(tmp_path / "spool"))
     env.pop("EXTPROXY_SKIP_CONFIG_CHECK", None)
     port = free_port()
     process = start_server(env, port)
+    recorder = subprocess.Popen([sys.executable, "manage.py", "recorder"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(20):
@@ -75,5 +78,7 @@ def test_it_records_and_serves_calls_on_postgresql(postgres_url, backend_server,
         process.terminate()
         process.wait(15)
         process.stdout.close()
+        recorder.terminate()
+        recorder.wait(30)
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT count(*) FROM extproxy_call").fetchone()[0] == 21

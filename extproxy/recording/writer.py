@@ -201,14 +201,19 @@ class Drainer:
         self.counters = Counters()
         self._next_prune = 0.0
         self._saved = 0.0
+        self.until_idle = False
 
     def run(self, until_idle: bool = False) -> None:
-        """Drain until stopped (or, with until_idle, until the spool has nothing to read)."""
+        """Drain until stopped (or, with until_idle, until the spool has nothing to read).
+
+        `until_idle` may also be switched on while running (a SIGTERM handler does).
+        """
+        self.until_idle = self.until_idle or until_idle
         self._save_counters()
         while not self.stop.is_set():
             self._maybe_prune()
             if self.drain_batch() == 0:
-                if until_idle:
+                if self.until_idle:
                     return
                 if time.monotonic() - self._saved >= HEARTBEAT:
                     self._save_counters()

@@ -1,0 +1,185 @@
+"""Recording end to end with the real two processes: the serving process (uvicorn) and the
+recorder process (`manage.py recorder`), under load and through faults. Counts are asserted:
+every call answered is in the database or in a drop counter with its reason.
+
+PostgreSQL faults use a throwaway cluster the test owns (tests/processes.py), never the shared
+server.
+"""
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+import requests
+
+from tests.conftest import fixture_bytes
+from tests.processes import Installation, Load, Postgres, stored_calls, terminate
+from tests.test_recorder import UNDECODABLE
+
+pytestmark = pytest.mark.timeout(600)
+
+GRACE_PERIOD = 30  # the Deployment's terminationGracePeriodSeconds
+
+
+def names_body(n: int = 100) -> bytes:
+    args = json.loads(fixture_bytes("filter-request.nodecache-true.json"))
+    args["NodeNames"] = [f"node-{i:03d}" for i in range(n)]
+    return json.dumps(args).encode()
+
+
+def config(backend_url: str, **recording) -> str:
+    text = (f"backends:\n- name: gpu\n  urlPrefix: {backend_url}/scheduler\n  filterVerb: filter\n"
+            "  nodeCacheCapable: true\n")
+    if recording:
+        text += "recording:\n" + "".join(f"  {k}: {v}\n" for k, v in recording.items())
+    return text
+
+
+@pytest.fixture
+def install(tmp_path, backend_server):
+    """An installation (migrated) whose backend passes every node; closes its processes after."""
+    from tests.conftest import pass_all
+
+    backend = backend_server({"filter": pass_all})
+    made: list[Installation] = []
+
+    def make(database_url: str | None = None, recording: dict | None = None, **env: str) -> Installation:
+        inst = Installation(tmp_path / f"i{len(made)}", config(backend.url, **(recording or {})), database_url, **env)
+        made.append(inst)
+        inst.manage("migrate", "--noinput", "-v", "0")
+        return inst
+
+    yield make
+    for inst in made:
+        inst.close()
+
+
+@pytest.fixture
+def postgres():
+    cluster = Postgres()
+    yield cluster
+    cluster.close()
+
+
+def dropped(inst: Installation) -> dict[str, float]:
+    prefix = 'extproxy_recorder_dropped_total{reason="'
+    return {k[len(prefix):-2]: v for k, v in inst.metrics().items() if k.startswith(prefix) and v}
+
+
+def test_it_records_every_call_answered_under_load(install):
+    inst = install()
+    inst.start_recorder("--nice", "5")
+    inst.start_serving()
+    load = Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=8).run(3000)
+    inst.wait_drained()
+    assert load.failed == 0
+    assert dropped(inst) == {}
+    assert stored_calls(inst) == (load.answered, load.answered)
+    metrics = inst.metrics()
+    assert metrics["extproxy_spool_depth"] == 0 and metrics['extproxy_calls_total{backend="gpu",outcome="ok",verb="filter"}'] == load.answered
+
+
+def test_it_counts_what_the_full_spool_refused_and_keeps_serving(install):
+    # No recorder yet and a spool of ~60 calls: the rest is refused, counted, and still answered.
+    inst = install(EXTPROXY_SPOOL_MAX_BYTES=str(60 * 6000))
+    inst.start_serving()
+    load = Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=4).run(400)
+    assert load.failed == 0
+    inst.wait_spooled()
+    refused = dropped(inst)
+    assert set(refused) == {"spool-full"} and refused["spool-full"] > 0
+    assert inst.metrics()["extproxy_spool_full"] == 1
+    inst.start_recorder()
+    inst.wait_drained()
+    rows, distinct = stored_calls(inst)
+    assert rows == distinct and rows + refused["spool-full"] == load.answered
+
+
+def test_it_loses_only_the_hand_off_when_the_serving_process_is_killed(install):
+    handoff = 200  # recording.queueSize: the most that can be in memory and not in the spool
+    inst = install(recording={"queueSize": handoff})
+    inst.start_recorder()
+    inst.start_serving()
+    load = Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=8).start()
+    load.wait_answered(1500)
+    inst.serving.signal(signal.SIGKILL)
+    inst.serving.wait(10)
+    answered_before = load.answered
+    inst.start_serving()  # same spool: it appends after what the killed one left
+    load.wait_answered(answered_before + 1000)
+    answered = load.stop()
+    inst.wait_drained()
+    rows, distinct = stored_calls(inst)
+    assert rows == distinct
+    lost = answered - rows - sum(dropped(inst).values())
+    assert 0 <= lost <= handoff
+
+
+def test_it_loses_nothing_when_the_recorder_is_killed(install):
+    inst = install()
+    inst.start_recorder()
+    inst.start_serving()
+    load = Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=8).start()
+    load.wait_answered(1000)
+    inst.recorder.signal(signal.SIGKILL)
+    inst.recorder.wait(10)
+    load.wait_answered(load.answered + 1000)  # answered meanwhile: into the spool only
+    inst.start_recorder()
+    load.wait_answered(load.answered + 500)
+    answered = load.stop()
+    inst.wait_drained()
+    assert dropped(inst) == {}
+    assert stored_calls(inst) == (answered, answered)
+
+
+def test_it_loses_nothing_through_a_postgresql_outage(install, postgres):
+    inst = install(postgres.url)
+    inst.start_recorder()
+    inst.start_serving()
+    load = Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=8).start()
+    load.wait_answered(1000)
+    postgres.stop()
+    load.wait_answered(load.answered + 2000)  # served while the database is down
+    assert inst.spool_status().depth > 0
+    postgres.start()
+    load.wait_answered(load.answered + 500)
+    answered = load.stop()
+    inst.wait_drained()
+    assert load.failed == 0 and dropped(inst) == {}
+    assert stored_calls(inst) == (answered, answered)  # all drained, none twice
+    assert inst.metrics()["extproxy_recorder_write_errors_total"] > 0  # the outage was seen
+
+
+def test_it_keeps_calls_in_the_spool_through_sigterm_with_the_database_down(install, postgres):
+    inst = install(postgres.url)
+    inst.start_recorder()
+    inst.start_serving()
+    postgres.stop()
+    answered = Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=8).run(1000).answered
+    assert terminate(inst.serving, GRACE_PERIOD) is not None
+    assert terminate(inst.recorder, GRACE_PERIOD) is not None  # gives up draining within the grace period
+    assert inst.spool_status().depth == answered  # every call, on disk
+    postgres.start()
+    inst.start_recorder()
+    inst.wait_drained()
+    assert stored_calls(inst) == (answered, answered)
+
+
+def test_it_records_undecodable_requests_raw_and_counts_them(install):
+    inst = install()
+    inst.start_recorder()
+    inst.start_serving()
+    for case in sorted(UNDECODABLE):
+        response = requests.post(f"{inst.url}/extender/gpu/filter", data=UNDECODABLE[case](), timeout=10)
+        assert response.status_code in (200, 500)  # answered, whatever the backend made of it
+    inst.wait_drained()
+    assert stored_calls(inst) == (len(UNDECODABLE), len(UNDECODABLE))
+    assert inst.metrics()["extproxy_recorder_raw_total"] == len(UNDECODABLE)
+    import sqlite3
+
+    with sqlite3.connect(inst.env["EXTPROXY_SQLITE_PATH"]) as conn:
+        findings = [json.loads(f)[0] for (f,) in conn.execute("SELECT findings FROM extproxy_call")]
+        empty_pods = conn.execute("SELECT count(*) FROM extproxy_call WHERE pod_name = '' AND outcome = 'error'").fetchone()[0]
+    assert {f["kind"] for f in findings} == {"undecodable-request"} and all(f["detail"] for f in findings)
+    assert empty_pods == len(UNDECODABLE)

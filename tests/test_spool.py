@@ -1,0 +1,171 @@
+"""The spool on disk: framing, order across segments and restarts, the cursor, deletion of
+what is committed, torn and corrupt tails, the byte bound, one writer/one reader per
+directory, the fsync policies, and the status shown on /metrics and /readyz."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from extproxy.recording.spool import (
+    HEADER,
+    SpoolBusy,
+    SpoolReader,
+    SpoolSettings,
+    SpoolWriter,
+    segment_name,
+    segments,
+    spool_status,
+)
+
+
+def settings(tmp_path, **kw) -> SpoolSettings:
+    return SpoolSettings(root=tmp_path / "spool", **kw)
+
+
+def read_all(reader: SpoolReader) -> list[bytes]:
+    return [e.payload for e in reader.read(10_000, 1 << 30).entries]
+
+
+def test_it_reads_back_in_order_across_segments_and_a_restart_of_the_writer(tmp_path):
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=100))
+    writer.append([b"a" * 50, b"b" * 50])
+    writer.append([b"c" * 50])  # past 100 bytes: a new segment
+    writer.close()
+    again = SpoolWriter(settings(tmp_path, segment_bytes=100))  # a restart: never appends to an old segment
+    again.append([b"d"])
+    assert again.seq == 4 and len(segments(again.directory)) == 3
+    reader = SpoolReader(tmp_path / "spool")
+    assert read_all(reader) == [b"a" * 50, b"b" * 50, b"c" * 50, b"d"]
+    again.close()
+
+
+def test_it_deletes_committed_segments_and_resumes_after_the_cursor(tmp_path):
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10))
+    for i in range(5):
+        writer.append([f"r{i}".encode() * 10])  # one segment each
+    reader = SpoolReader(tmp_path / "spool")
+    assert len(reader.read(3, 1 << 20).entries) == 3
+    reader.commit()
+    assert segments(writer.directory)[0] == 3  # segments 1 and 2 done and deleted; 3 is where the cursor is
+    reader.close()
+    resumed = SpoolReader(tmp_path / "spool")  # a new recorder process
+    assert read_all(resumed) == [b"r3" * 10, b"r4" * 10]
+    resumed.commit()
+    assert len(segments(writer.directory)) == 1  # the newest segment stays: its writer appends to it
+    writer.close()
+
+
+def test_it_reads_again_what_was_not_committed(tmp_path):
+    writer = SpoolWriter(settings(tmp_path))
+    writer.append([b"x", b"y"])
+    reader = SpoolReader(tmp_path / "spool")
+    assert read_all(reader) == [b"x", b"y"]
+    reader.rewind()  # the batch was not stored
+    assert read_all(reader) == [b"x", b"y"]
+    writer.close()
+
+
+def tear(writer: SpoolWriter, keep: int) -> None:
+    """Append a frame cut after `keep` bytes, as a SIGKILL in the middle of a write leaves it."""
+    path = writer.directory / segment_name(segments(writer.directory)[-1])
+    full = HEADER.size + 100
+    with open(path, "ab") as f:
+        f.write((b"XPS1" + b"\xff" * full)[:keep])
+
+
+def test_it_waits_at_a_partial_frame_while_its_writer_lives(tmp_path):
+    writer = SpoolWriter(settings(tmp_path))
+    writer.append([b"one"])
+    tear(writer, 10)
+    reader = SpoolReader(tmp_path / "spool")
+    result = reader.read(10, 1 << 20)
+    assert [e.payload for e in result.entries] == [b"one"] and result.torn == 0
+    writer.close()
+
+
+def test_it_skips_and_counts_a_torn_tail_once_the_writer_is_gone(tmp_path):
+    writer = SpoolWriter(settings(tmp_path))
+    writer.append([b"one"])
+    tear(writer, 10)
+    writer.close()  # the writer died
+    reader = SpoolReader(tmp_path / "spool")
+    result = reader.read(10, 1 << 20)
+    assert [e.payload for e in result.entries] == [b"one"] and result.torn == 1
+    restarted = SpoolWriter(settings(tmp_path))
+    restarted.append([b"two"])
+    assert read_all(reader) == [b"two"]
+    restarted.close()
+
+
+def test_it_skips_a_corrupt_frame_once_a_newer_segment_exists(tmp_path):
+    writer = SpoolWriter(settings(tmp_path))
+    writer.append([b"good", b"flipped"])
+    path = writer.directory / segment_name(1)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # the second frame's payload no longer matches its CRC
+    path.write_bytes(bytes(data))
+    writer.close()
+    again = SpoolWriter(settings(tmp_path))
+    again.append([b"after"])
+    reader = SpoolReader(tmp_path / "spool")
+    result = reader.read(10, 1 << 20)
+    assert [e.payload for e in result.entries] == [b"good", b"after"] and result.torn == 1
+    again.close()
+
+
+def test_it_refuses_what_passes_the_byte_bound(tmp_path):
+    writer = SpoolWriter(settings(tmp_path, max_bytes=3 * (HEADER.size + 100)))
+    accepted = writer.append([b"z" * 100] * 5)
+    assert accepted == [True, True, True, False, False]
+    reader = SpoolReader(tmp_path / "spool")
+    assert len(read_all(reader)) == 3
+    writer.close()
+
+
+def test_it_allows_one_reader_and_gives_each_writer_its_own_directory(tmp_path):
+    first = SpoolWriter(settings(tmp_path))
+    second = SpoolWriter(settings(tmp_path))
+    assert (first.name, second.name) == ("serve", "serve-2")
+    first.append([b"1"])
+    second.append([b"2"])
+    reader = SpoolReader(tmp_path / "spool")
+    with pytest.raises(SpoolBusy):
+        SpoolReader(tmp_path / "spool")
+    assert sorted(read_all(reader)) == [b"1", b"2"]
+    first.close()
+    second.close()
+
+
+# always: each of the 3 appends, plus the directory once when the segment file is created.
+@pytest.mark.parametrize("policy, syncs", [("always", 3 + 1), ("never", 0)])
+def test_it_fsyncs_as_its_policy_says(tmp_path, monkeypatch, policy, syncs):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd)))
+    writer = SpoolWriter(settings(tmp_path, fsync=policy))
+    for _ in range(3):
+        writer.append([b"r"])
+    assert len(calls) == syncs
+    writer.close()
+
+
+def test_it_refuses_an_unknown_fsync_policy(tmp_path):
+    with pytest.raises(ValueError, match="EXTPROXY_SPOOL_FSYNC"):
+        SpoolSettings(root=tmp_path, fsync="sometimes")
+
+
+def test_it_reports_depth_bytes_and_the_oldest_age(tmp_path):
+    writer = SpoolWriter(settings(tmp_path))
+    writer.append([b"a" * 10, b"b" * 20])
+    status = spool_status(tmp_path / "spool")
+    assert status.depth == 2 and status.bytes == 2 * HEADER.size + 30 and status.oldest_age >= 0
+    reader = SpoolReader(tmp_path / "spool")
+    reader.read(1, 1 << 20)
+    reader.commit()
+    status = spool_status(tmp_path / "spool")
+    assert status.depth == 1 and status.bytes == HEADER.size + 20
+    read_all(reader)
+    reader.commit()
+    assert spool_status(tmp_path / "spool").depth == 0 and spool_status(tmp_path / "spool").bytes == 0
+    writer.close()
