@@ -193,6 +193,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         response_status=trace.answered_status,
         decisions_blob=decisions_blob,
     )
+    call._node_index = (decisions, ident["nodes"])  # for nodeindex, written with the call
     return call, children
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from ..config import RecordingConfig, RedactionConfig, RetentionConfig
+from ..nodeindex import index_calls
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compress
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
@@ -114,6 +115,7 @@ class BatchWriter:
             fresh = self._not_stored_yet(built)
             calls = [call for call, _ in fresh]
             insert_rows(Call, calls, conflict="call_id")
+            index_calls((c.pk, *getattr(c, "_node_index", ((), ()))) for c in calls)
             children = []
             for call, kids in fresh:
                 for kid in kids:
