@@ -85,6 +85,9 @@ def test_it_streams_a_call_served_by_one_process_to_a_client_of_another(backend_
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "bootstrap")
     servers: list[Server] = []
+    # One recorder drains both servers' spool directories and publishes to Redis itself.
+    recorder = subprocess.Popen([sys.executable, "manage.py", "recorder"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         a, b = Server(env), Server(env)
         servers += [a, b]
@@ -104,3 +107,5 @@ def test_it_streams_a_call_served_by_one_process_to_a_client_of_another(backend_
     finally:
         for server in servers:
             server.stop()
+        recorder.terminate()
+        recorder.wait(30)
