@@ -18,7 +18,7 @@ def fill_call_ids(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("extproxy", "0003_node_index_gaps")]
+    dependencies = [("extproxy", "0004_exports")]
 
     operations = [
         migrations.AddField(model_name="call", name="call_id", field=models.CharField(max_length=36, null=True)),
