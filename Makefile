@@ -55,6 +55,7 @@ bench: migrate browser
 	$(PY) bench/export_bench.py
 	$(PY) bench/pages.py
 	$(PY) bench/shadow_bench.py
+	$(PY) bench/recording.py
 
 clean:
 	rm -rf $(VENV) var

@@ -131,7 +131,14 @@ def start_proxy_factory(tmp: Path, python: str, uvicorn: str, root: Path, host: 
                   "--http", "httptools", "--no-access-log", "--lifespan", "on"]),
             cwd=root, env=env,
         )
+        recorder = subprocess.Popen(wrap([python, "manage.py", "recorder"]), cwd=root, env=env)  # as `make run` does
         wait_http(f"http://{host}:{port}/healthz", process, "extproxy (combined)")
-        return process, f"http://{host}:{calls_port}", lambda p: stop_process(p, "extproxy (combined)")
+
+        def stop_both(p):
+            stopped = stop_process(p, "extproxy (combined)")
+            stop_process(recorder, "recorder (combined)")
+            return stopped
+
+        return process, f"http://{host}:{calls_port}", stop_both
 
     return start

@@ -102,7 +102,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     tmp = Path(tempfile.mkdtemp(prefix="extproxy-feed-"))
-    ref = proxy = None
+    ref = proxy = recorder = None
     try:
         ref, ref_port = reference_backend()
         config = tmp / "extproxy.json"
@@ -116,6 +116,7 @@ def main() -> int:
         proxy = subprocess.Popen([UVICORN, "extproxy.asgi:application", "--host", HOST, "--port", str(port),
                                   "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on"],
                                  cwd=ROOT, env=env)
+        recorder = subprocess.Popen([PYTHON, "manage.py", "recorder"], cwd=ROOT, env=env)  # as `make run` does
         base = f"http://{HOST}:{port}"
         wait_http(f"{base}/healthz", proxy, "extproxy")
         template = load_fixture("filter-request.nodecache-true.json")
@@ -150,6 +151,7 @@ def main() -> int:
         return 0
     finally:
         stop(proxy, "extproxy")
+        stop(recorder, "recorder")
         stop(ref, "reference backend")
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -492,7 +492,7 @@ LOAD_AT_START = os.getloadavg()
 def main() -> int:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="extproxy-bench-"))
-    ref = proxy = None
+    ref = proxy = recorder = None
     code = 0
     try:
         log("building request bodies")
@@ -517,6 +517,8 @@ def main() -> int:
                     "--http", "httptools", "--no-access-log", "--lifespan", "on"], PROXY_CORE),
             cwd=ROOT, env=env,
         )
+        # The recorder process beside it, as `make run` starts it (it drains the spool into the database).
+        recorder = subprocess.Popen([PYTHON, "manage.py", "recorder"], cwd=ROOT, env=env)
         wait_http(f"http://{HOST}:{proxy_port}/healthz", proxy, "extproxy")
         log(f"reference backend pid {ref.pid} on :{ref_port}, extproxy pid {proxy.pid} on :{proxy_port} "
             f"(extender listener :{extender_port}); proxied calls go to the {PROXY_PORT_KIND} port; "
@@ -545,6 +547,7 @@ def main() -> int:
     finally:
         if not stop(proxy, "extproxy"):
             code = code or 1
+        stop(recorder, "recorder")
         stop(ref, "reference backend")
         shutil.rmtree(tmp, ignore_errors=True)
     return code

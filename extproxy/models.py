@@ -9,6 +9,8 @@ otherwise cost 5000 inserts on the recorder's write path. Timestamps, not durati
 """
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 
 # The one enum of each, defined in the pure core (models' choices, API and dashboard import them here too).
@@ -16,6 +18,11 @@ from extproxy.protocol import Verb
 from extproxy.semantics import Outcome
 
 from .roles import PERMISSIONS
+
+
+def new_call_id() -> str:
+    """A fresh call id (the hot path makes its own: extproxy.recording.trace.new_call_id)."""
+    return str(uuid.uuid4())
 
 
 class Form(models.TextChoices):
@@ -39,7 +46,8 @@ class Call(models.Model):
     """One request the scheduler made to extproxy (per-backend, or combined)."""
 
     # Made on the hot path (a UUID string); unique, so a record drained twice is stored once.
-    call_id = models.CharField(max_length=36, unique=True)
+    # The default serves rows made elsewhere (tools, tests, imports).
+    call_id = models.CharField(max_length=36, unique=True, default=new_call_id)
     verb = models.CharField(max_length=16, choices=Verb.choices)
     backend = models.CharField(max_length=63)  # a backend name, or "combined"
     form = models.CharField(max_length=16, choices=Form.choices, default=Form.PER_BACKEND)

@@ -3,6 +3,8 @@ import uuid
 
 from django.db import migrations, models
 
+import extproxy.models
+
 
 def fill_call_ids(apps, schema_editor):
     Call = apps.get_model("extproxy", "Call")
@@ -23,5 +25,6 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(model_name="call", name="call_id", field=models.CharField(max_length=36, null=True)),
         migrations.RunPython(fill_call_ids, migrations.RunPython.noop),
-        migrations.AlterField(model_name="call", name="call_id", field=models.CharField(max_length=36, unique=True)),
+        migrations.AlterField(model_name="call", name="call_id",
+                              field=models.CharField(default=extproxy.models.new_call_id, max_length=36, unique=True)),
     ]
