@@ -256,7 +256,7 @@ def test_it_bounds_findings_and_error_texts(transactional_db):
     # 300 scores for hosts the request never had: one finding each, far more than a page shows.
     reply = [{"Host": f"ghost-{i}-" + "x" * 5000, "Score": 1} for i in range(300)]
     scored = make_trace(verb="prioritize", response=json.dumps(reply).encode(),
-                        findings=[{"kind": "reply-truncated", "detail": "y" * 100_000}])
+                        findings=[{"kind": "hot-path-note", "detail": "y" * 100_000}])
     failed = make_trace(status=None, response=b"", timed_out=True, transport_error="z" * 100_000)
     LocalRecorder().write_batch([scored, failed])
     call = Call.objects.get(verb="prioritize")

@@ -217,6 +217,7 @@ def test_it_serves_a_200_mb_reply_with_bounded_memory_and_records_its_first_part
          "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on"],
         cwd=ROOT, env=env,
     )
+    recorder = subprocess.Popen([sys.executable, "manage.py", "recorder"], cwd=ROOT, env=env)  # as `make run`
     base = f"http://127.0.0.1:{port}"
     db = tmp_path / "extproxy.sqlite3"
 
@@ -251,6 +252,8 @@ def test_it_serves_a_200_mb_reply_with_bounded_memory_and_records_its_first_part
     finally:
         server.terminate()
         server.wait(30)
+        recorder.terminate()
+        recorder.wait(30)
 
 
 def _ready(base: str) -> bool:
