@@ -1,5 +1,4 @@
 """/healthz (alive), /readyz (database reachable, configuration loaded; the spool's state), /metrics."""
-import time
 
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
@@ -32,26 +31,10 @@ def readyz(request):
 
 
 def recording_status() -> dict:
-    """The spool as on disk: what is not yet in the database, and whether calls are dropped.
-
-    Reported, not judged: the hot path serves whatever the spool's state (README, "How
-    recording works"), so a full spool or a stopped recorder does not make this replica unready.
-    """
     from .engine import get_engine
-    from .recording.spool import read_recorder_counters
+    from .recording.observe import readiness
 
-    recorder = get_engine().recorder
-    status = recorder.status()
-    theirs = read_recorder_counters(recorder.spool.root)
-    return {
-        "spool_depth": status.depth,
-        "spool_bytes": status.bytes,
-        "oldest_undrained_age_seconds": round(status.oldest_age, 3),
-        "spool_full": recorder.spool_full,
-        "handoff_depth": recorder.queued,
-        "dropped": dict(recorder.drops.counts, **{k: v + recorder.drops.counts.get(k, 0) for k, v in theirs.get("dropped", {}).items()}),
-        "recorder_heartbeat_age_seconds": round(time.time() - theirs["updated_at"], 3) if "updated_at" in theirs else None,
-    }
+    return readiness(get_engine().recorder)
 
 
 def metrics_view(request):

@@ -198,7 +198,7 @@ class RecorderProcess:
 def wait_for_drain(spool: Path, recorder_process: RecorderProcess | None, known: dict[str, int] | None = None,
                    timeout: float = 30) -> None:
     """Until the spool has nothing the database lacks (the recorder committed all of it)."""
-    from extproxy.recording.spool import spool_status
+    from extproxy.recording.observe import spool_status
 
     deadline = time.monotonic() + timeout
     while (status := spool_status(spool, known)).depth:

@@ -120,7 +120,7 @@ class Installation:
         return values
 
     def spool_status(self):
-        from extproxy.recording.spool import spool_status
+        from extproxy.recording.observe import spool_status
 
         return spool_status(self.spool)
 

@@ -7,16 +7,9 @@ import os
 
 import pytest
 
-from extproxy.recording.spool import (
-    HEADER,
-    SpoolBusy,
-    SpoolReader,
-    SpoolSettings,
-    SpoolWriter,
-    segment_name,
-    segments,
-    spool_status,
-)
+from extproxy.recording.observe import spool_status
+from extproxy.recording.spool import HEADER, SpoolSettings, SpoolWriter, segment_name, segments
+from extproxy.recording.spool_reader import SpoolBusy, SpoolReader
 
 
 def settings(tmp_path, **kw) -> SpoolSettings:

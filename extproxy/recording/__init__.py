@@ -3,7 +3,9 @@ live events, retention.
 
 Modules, each owning one step (imports only go down this list, never up):
   trace      the Trace the hot path builds, and its spooled byte form
-  spool      the durable on-disk spool: writer (serving side), reader (recorder side), status
+  spool      the durable on-disk spool: its format, cursors, locks, and the serving side's writer
+  spool_reader  the recorder side of the spool: reading in order, committing, deleting, torn tails
+  observe    what /metrics and /readyz show: spool depth/bytes/age, the recorder's counters
   handoff    the hot path's `submit` and the spool-writer thread (serving process)
   blobs      compression, Node de-duplication, restoring stored bodies
   attempts   linking a pod's calls into scheduling attempts

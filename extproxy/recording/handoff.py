@@ -22,8 +22,9 @@ from collections import deque
 from pathlib import Path
 
 from .. import metrics
+from .observe import COLLECTOR, spool_status
 from ..config import RecordingConfig
-from .spool import SpoolSettings, SpoolWriter, spool_status
+from .spool import SpoolSettings, SpoolWriter
 from .trace import Trace, encode_trace
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,13 @@ class DropCounter:
         if now - self._logged.get(reason, 0.0) >= 1.0:
             self._logged[reason] = now
             log.warning("recorder: call not recorded (%s); %d dropped for this reason so far", reason, self.counts[reason])
+
+
+def _register(recorder: "SpoolRecorder") -> None:
+    """The latest recorder made in this process is the one /metrics reports (the engine's)."""
+    if COLLECTOR.source is None:
+        metrics.REGISTRY.register(COLLECTOR)
+    COLLECTOR.source = recorder
 
 
 class SpoolRecorder:
@@ -77,6 +85,7 @@ class SpoolRecorder:
         self._thread: threading.Thread | None = None
         self.writer: SpoolWriter | None = None
         self._live: asyncio.AbstractServer | None = None
+        _register(self)
 
     @classmethod
     def from_settings(cls, recording: RecordingConfig) -> "SpoolRecorder":
@@ -121,7 +130,6 @@ class SpoolRecorder:
             if self._thread is not None or self._closed:
                 return
             self.writer = SpoolWriter(self.spool, self.writer_name)
-            metrics.RECORDING.source = self
             self._thread = threading.Thread(target=self._run, name="extproxy-spool-writer", daemon=True)
             self._thread.start()
         try:

@@ -25,7 +25,8 @@ from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compress
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
-from .spool import SpoolReader, write_recorder_counters
+from .observe import write_recorder_counters
+from .spool_reader import SpoolReader
 from .trace import Trace, UnreadableRecord, decode_trace
 
 log = logging.getLogger(__name__)

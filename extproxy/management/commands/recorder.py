@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from extproxy.config import load_config
 from extproxy.recording.live import recorder_publisher
-from extproxy.recording.spool import SpoolBusy
+from extproxy.recording.spool_reader import SpoolBusy
 from extproxy.recording.writer import Drainer
 
 log = logging.getLogger("extproxy.recorder")

@@ -1,0 +1,157 @@
+"""What /metrics and /readyz show about recording, read from the spool directory.
+
+Owns the spool's status (depth, bytes, oldest undrained age: read from the segment files and
+cursors, so any process can compute it), the recorder process's counters file (recorder.json,
+written by it after each batch and read by the serving process), the Prometheus collector that
+puts both on /metrics, and the `recording` part of /readyz. Must not write call records.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .spool import read_cursor, read_frame, last_seq, segment_name, segments
+
+
+@dataclass
+class SpoolStatus:
+    depth: int = 0  # records not yet committed to the database
+    bytes: int = 0  # bytes of those records (and of torn tails not yet skipped)
+    oldest_age: float = 0.0  # seconds since the oldest of them was appended
+    disk_bytes: int = 0  # every segment file, drained or not
+
+
+def spool_status(root: Path, known_last_seq: dict[str, int] | None = None) -> SpoolStatus:
+    """Depth, bytes and age of what is not yet in the database, read from the disk."""
+    status = SpoolStatus()
+    now = time.time()
+    try:
+        writers = sorted(p for p in root.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return status
+    for directory in writers:
+        cursor = read_cursor(directory)
+        segs = segments(directory)
+        last = (known_last_seq or {}).get(directory.name)
+        if last is None:
+            last = last_seq(directory, cursor.seq)
+        status.depth += max(0, last - cursor.seq)
+        oldest = None
+        for first in segs:
+            path = directory / segment_name(first)
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            status.disk_bytes += size
+            if first < cursor.segment:
+                continue
+            start = cursor.offset if first == cursor.segment else 0
+            status.bytes += max(0, size - start)
+            if oldest is None and size > start:
+                with open(path, "rb") as f:
+                    found = read_frame(f, start)
+                if found is not None:
+                    oldest = found.at
+        if oldest is not None:
+            status.oldest_age = max(status.oldest_age, now - oldest)
+    return status
+
+
+def read_recorder_counters(root: Path) -> dict:
+    """The recorder process's counters (written by it after each batch), or {}."""
+    try:
+        return json.loads((root / "recorder.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def write_recorder_counters(root: Path, counters: dict) -> None:
+    tmp = root / "recorder.json.tmp"
+    tmp.write_text(json.dumps(counters))
+    os.replace(tmp, root / "recorder.json")
+
+
+class RecordingCollector:
+    """Recording's metrics at scrape time: the hand-off and its drops (this process), the spool
+    as on disk, and the recorder process's counters (its recorder.json). The recorder process
+    does the writing, so its counters reach /metrics through the spool directory."""
+
+    def __init__(self) -> None:
+        self.source: Any = None  # the serving process's SpoolRecorder (the latest one made)
+
+    def describe(self):
+        return []  # nothing at registration time
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        recorder = self.source
+        if recorder is None:
+            return
+        status = recorder.status()
+        theirs = read_recorder_counters(recorder.spool.root)
+        gauges = [
+            ("extproxy_recorder_queue_depth", "Calls handed over and not yet in the spool.", recorder.queued),
+            ("extproxy_recorder_queue_bytes", "Body bytes of those calls.", recorder.queued_bytes),
+            ("extproxy_spool_depth", "Calls in the spool not yet committed to the database.", status.depth),
+            ("extproxy_spool_bytes", "Bytes of those calls in the spool.", status.bytes),
+            ("extproxy_spool_oldest_age_seconds", "Age of the oldest call not yet in the database.", status.oldest_age),
+            ("extproxy_spool_disk_bytes", "Bytes of every spool segment file on disk.", status.disk_bytes),
+            ("extproxy_spool_full", "1 while calls are dropped at EXTPROXY_SPOOL_MAX_BYTES (alarm).", int(recorder.spool_full)),
+            ("extproxy_recorder_heartbeat_age_seconds", "Seconds since the recorder process last reported (-1: never).",
+             (time.time() - theirs["updated_at"]) if "updated_at" in theirs else -1),
+        ]
+        for name, doc, value in gauges:
+            yield GaugeMetricFamily(name, doc, value=value)
+        dropped = CounterMetricFamily(
+            "extproxy_recorder_dropped_total", "Calls answered but not recorded, by reason.", labels=["reason"]
+        )
+        for reason, n in sorted(all_drops(recorder, theirs).items()):
+            dropped.add_metric([reason], n)
+        yield dropped
+        for name, doc, key in (
+            ("extproxy_recorder_written_total", "Calls written to the database.", "written"),
+            ("extproxy_recorder_raw_total", "Calls stored as raw records (undecodable).", "raw"),
+            ("extproxy_recorder_write_errors_total", "Failed batch writes (the batch is retried).", "write_errors"),
+        ):
+            yield CounterMetricFamily(name, doc, value=theirs.get(key, 0))
+        calls = CounterMetricFamily(
+            "extproxy_calls_total", "Recorded calls by backend, verb and outcome (ok, error, timeout).",
+            labels=["backend", "verb", "outcome"],
+        )
+        for key, n in sorted(theirs.get("calls", {}).items()):
+            backend, verb, outcome = key.split(" ")
+            calls.add_metric([backend, verb, outcome], n)
+        yield calls
+
+
+def all_drops(recorder: Any, theirs: dict) -> dict[str, int]:
+    """Drops by reason: this process's (hand-off, spool) and the recorder process's (torn, ...)."""
+    reasons = {"queue-full": 0, "spool-full": 0}
+    for counts in (recorder.drops.counts, theirs.get("dropped", {})):
+        for reason, n in counts.items():
+            reasons[reason] = reasons.get(reason, 0) + n
+    return reasons
+
+
+def readiness(recorder: Any) -> dict[str, Any]:
+    """The spool as on disk, for /readyz: reported, not judged (serving goes on whatever its state)."""
+    status = recorder.status()
+    theirs = read_recorder_counters(recorder.spool.root)
+    return {
+        "spool_depth": status.depth,
+        "spool_bytes": status.bytes,
+        "oldest_undrained_age_seconds": round(status.oldest_age, 3),
+        "spool_full": recorder.spool_full,
+        "handoff_depth": recorder.queued,
+        "dropped": {k: v for k, v in all_drops(recorder, theirs).items() if v},
+        "recorder_heartbeat_age_seconds": round(time.time() - theirs["updated_at"], 3) if "updated_at" in theirs else None,
+    }
+
+
+COLLECTOR = RecordingCollector()
