@@ -15,6 +15,7 @@ import logging
 import socket
 import struct
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,8 +38,17 @@ def socket_address(root: Path, writer: str) -> str:
     return f"\0extproxy-live-{digest}"
 
 
-def _group_message(summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"type": "calls.batch", "calls": summaries}
+class Numbering:
+    """Numbers a publisher's messages (`origin`, `seq`): a consumer that sees a number skipped
+    (a batch lost on the way) tells its client to refetch (dashboard/consumers.py)."""
+
+    def __init__(self) -> None:
+        self.origin = uuid.uuid4().hex[:12]
+        self.seq = 0
+
+    def message(self, summaries: list[dict[str, Any]]) -> dict[str, Any]:
+        self.seq += 1
+        return {"type": "calls.batch", "calls": summaries, "origin": self.origin, "seq": self.seq}
 
 
 # --- serving side ----------------------------------------------------------------------
@@ -56,9 +66,9 @@ async def start_listener(root: Path, writer: str) -> asyncio.AbstractServer:
                 (length,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
                 if length > MAX_MESSAGE:
                     return
-                summaries = msgspec.msgpack.decode(await reader.readexactly(length))
-                if layer is not None and summaries:
-                    await layer.group_send(LIVE_GROUP, _group_message(summaries))
+                message = msgspec.msgpack.decode(await reader.readexactly(length))
+                if layer is not None and isinstance(message, dict):
+                    await layer.group_send(LIVE_GROUP, message)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except Exception:  # a bad message costs the connection, not the process
@@ -79,9 +89,10 @@ class SocketPublisher:
         self.root = Path(root)
         self._sockets: dict[str, socket.socket] = {}
         self._retry_at: dict[str, float] = {}
+        self._numbering = Numbering()  # one numbering: every serving process gets every batch
 
     def __call__(self, summaries: list[dict[str, Any]]) -> None:
-        data = msgspec.msgpack.encode(summaries)
+        data = msgspec.msgpack.encode(self._numbering.message(summaries))
         message = LENGTH.pack(len(data)) + data
         for directory in self.root.iterdir():
             if directory.is_dir():
@@ -123,10 +134,11 @@ class LayerPublisher:
 
         self._layer = get_channel_layer()
         self._send = async_to_sync(self._layer.group_send) if self._layer is not None else None
+        self._numbering = Numbering()
 
     def __call__(self, summaries: list[dict[str, Any]]) -> None:
         if self._send is not None:
-            self._send(LIVE_GROUP, _group_message(summaries))
+            self._send(LIVE_GROUP, self._numbering.message(summaries))
 
     def close(self) -> None:
         pass
@@ -147,11 +159,12 @@ def channel_layer_publisher(loop: asyncio.AbstractEventLoop | None) -> Publisher
     from channels.layers import get_channel_layer
 
     layer = get_channel_layer()
+    numbering = Numbering()
 
     def publish(summaries: list[dict[str, Any]]) -> None:
         if layer is None:
             return
-        coro = layer.group_send(LIVE_GROUP, _group_message(summaries))
+        coro = layer.group_send(LIVE_GROUP, numbering.message(summaries))
         if loop is not None and loop.is_running():
             asyncio.run_coroutine_threadsafe(coro, loop)
         else:

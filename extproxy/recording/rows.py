@@ -67,7 +67,7 @@ def read_request(trace: Trace) -> dict[str, Any]:
     ident: dict[str, Any] = {"namespace": "", "name": "", "uid": "", "nodes": []}
     try:
         if trace.verb in ("filter", "prioritize"):
-            split = protocol.split_extender_args(trace.request_body)
+            split = protocol.split_extender_args(trace.request_body, keep_items=False)
             ns, name, uid = split.pod_identity
             ident.update(namespace=ns, name=name, uid=uid, nodes=split.node_names, names_mode=split.names_mode)
         elif trace.verb == "bind":
