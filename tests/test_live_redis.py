@@ -31,7 +31,15 @@ def manage(env: dict, *args: str) -> None:
 
 
 class Server:
+    """One replica: uvicorn and its recorder process (publishing to Redis), with its own spool."""
+
     def __init__(self, env: dict) -> None:
+        import tempfile
+
+        self.spool = tempfile.mkdtemp(prefix="extproxy-spool-")
+        env = dict(env, EXTPROXY_SPOOL_DIR=self.spool)
+        self.recorder = subprocess.Popen([sys.executable, "manage.py", "recorder"], cwd=ROOT, env=env,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.port = free_port()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "extproxy.asgi:application", "--host", "127.0.0.1",
@@ -51,13 +59,17 @@ class Server:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+        import shutil
+
+        for process in (self.process, self.recorder):
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
         self.process.stderr.close()
+        shutil.rmtree(self.spool, ignore_errors=True)
 
 
 async def watch_for(url: str, token: str, pod: str, trigger) -> dict:
@@ -85,9 +97,6 @@ def test_it_streams_a_call_served_by_one_process_to_a_client_of_another(backend_
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "bootstrap")
     servers: list[Server] = []
-    # One recorder drains both servers' spool directories and publishes to Redis itself.
-    recorder = subprocess.Popen([sys.executable, "manage.py", "recorder"], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         a, b = Server(env), Server(env)
         servers += [a, b]
@@ -107,5 +116,3 @@ def test_it_streams_a_call_served_by_one_process_to_a_client_of_another(backend_
     finally:
         for server in servers:
             server.stop()
-        recorder.terminate()
-        recorder.wait(30)

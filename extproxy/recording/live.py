@@ -126,22 +126,32 @@ class SocketPublisher:
 
 
 class LayerPublisher:
-    """Sends summaries straight to a cross-process channel layer (Redis)."""
+    """Sends summaries straight to a cross-process channel layer (Redis), on one event loop of
+    its own (the layer's connections belong to a loop: one loop, one set of connections)."""
 
     def __init__(self) -> None:
-        from asgiref.sync import async_to_sync
+        import threading
+
         from channels.layers import get_channel_layer
 
         self._layer = get_channel_layer()
-        self._send = async_to_sync(self._layer.group_send) if self._layer is not None else None
         self._numbering = Numbering()
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="live-publisher", daemon=True).start()
 
     def __call__(self, summaries: list[dict[str, Any]]) -> None:
-        if self._send is not None:
-            self._send(LIVE_GROUP, self._numbering.message(summaries))
+        if self._layer is None:
+            return
+        message = self._numbering.message(summaries)  # numbered even if lost: the gap shows
+        future = asyncio.run_coroutine_threadsafe(self._layer.group_send(LIVE_GROUP, message), self._loop)
+        try:
+            future.result(SEND_TIMEOUT * 4)
+        except Exception as exc:  # the layer is away: this batch's live events are lost, counted by the gap
+            future.cancel()
+            log.warning("live events not published: %s", exc or type(exc).__name__)
 
     def close(self) -> None:
-        pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 def recorder_publisher(root: Path) -> SocketPublisher | LayerPublisher:
