@@ -517,8 +517,9 @@ def main() -> int:
                     "--http", "httptools", "--no-access-log", "--lifespan", "on"], PROXY_CORE),
             cwd=ROOT, env=env,
         )
-        # The recorder process beside it, as `make run` starts it (it drains the spool into the database).
-        recorder = subprocess.Popen([PYTHON, "manage.py", "recorder"], cwd=ROOT, env=env)
+        # The recorder process beside it, as `make run` starts it (it drains the spool into the
+        # database); part of the proxy's process tree, so on the proxy's core too.
+        recorder = subprocess.Popen(pinned([PYTHON, "manage.py", "recorder"], PROXY_CORE), cwd=ROOT, env=env)
         wait_http(f"http://{HOST}:{proxy_port}/healthz", proxy, "extproxy")
         log(f"reference backend pid {ref.pid} on :{ref_port}, extproxy pid {proxy.pid} on :{proxy_port} "
             f"(extender listener :{extender_port}); proxied calls go to the {PROXY_PORT_KIND} port; "
