@@ -9,6 +9,7 @@ whole body has not arrived in time). Every refusal is a 4xx with a reason.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Awaitable, Callable
 

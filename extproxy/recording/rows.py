@@ -19,6 +19,7 @@ from .. import protocol, semantics
 from ..config import BackendConfig, RedactionConfig
 from ..protocol import Verb
 from ..semantics import Decision, Outcome, Result
+from ..redaction import redact_text
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compact_body, compress, raw_blob
 from .trace import Trace
@@ -182,7 +183,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         finished_at=_when(trace.finished_at),
         outcome=outcome,
         http_status=trace.status,
-        error=error[:MAX_ERROR_TEXT],
+        error=redact_text(error, rules)[:MAX_ERROR_TEXT],  # a non-200 body can echo secrets; it is streamed live
         node_count=len(ident["nodes"]),
         passed_count=counts[Result.PASSED],
         failed_count=counts[Result.FAILED],
@@ -212,7 +213,7 @@ def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stag
         finished_at=_when(child.finished_at),
         outcome=c_outcome,
         http_status=child.status,
-        error=c_error[:MAX_ERROR_TEXT],
+        error=redact_text(c_error, rules)[:MAX_ERROR_TEXT],
         findings=bounded_findings(c_findings + list(child.findings)),
         request_body=request_blob,
         response_body=compress(compact_body(child.response_body, rules, nodes)),
@@ -221,7 +222,7 @@ def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stag
     return kid, c_decisions
 
 
-def raw_call(trace: Trace, kind: str, why: str) -> Built:
+def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built:
     """The record of a call that could not be decoded: bodies as received, the reason kept.
 
     Outcome `error`, pod fields empty, no decisions (COMMON.md, "raw record"). Only plain
@@ -239,7 +240,7 @@ def raw_call(trace: Trace, kind: str, why: str) -> Built:
         finished_at=_when(trace.finished_at),
         outcome="timeout" if trace.timed_out else "error",
         http_status=trace.status,
-        error=(trace.transport_error or f"record not decodable: {why}")[:MAX_ERROR_TEXT],
+        error=redact_text(trace.transport_error or f"record not decodable: {why}", rules)[:MAX_ERROR_TEXT],
         findings=bounded_findings([finding] + list(trace.findings)),
         request_body=raw_blob(bytes(trace.request_body)),
         response_body=raw_blob(bytes(trace.response_body)),
@@ -254,7 +255,7 @@ def raw_call(trace: Trace, kind: str, why: str) -> Built:
             finished_at=_when(c.finished_at),
             outcome="timeout" if c.timed_out else "error",
             http_status=c.status,
-            error=(c.transport_error or "part of a call whose record could not be decoded")[:MAX_ERROR_TEXT],
+            error=redact_text(c.transport_error or "part of a call whose record could not be decoded", rules)[:MAX_ERROR_TEXT],
             findings=bounded_findings(list(c.findings)),
             request_body=raw_blob(bytes(c.request_body)),
             response_body=raw_blob(bytes(c.response_body)),
@@ -271,4 +272,4 @@ def build_or_raw(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker,
         return build_call(trace, rules, attempts, nodes), False
     except Undecodable as exc:
         log.warning("recorder: %s %s call %s stored raw (%s): %s", trace.backend, trace.verb, trace.call_id, exc.kind, exc)
-        return raw_call(trace, exc.kind, str(exc)[:MAX_FINDING_TEXT]), True
+        return raw_call(trace, exc.kind, str(exc)[:MAX_FINDING_TEXT], rules), True
