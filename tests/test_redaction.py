@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 
 from extproxy.config import RedactionConfig
+from extproxy.recording import LIVE_GROUP
 from extproxy.redaction import REDACTED, redact_args, redact_object, redact_text
 from tests.conftest import fixture_bytes, pass_all, reply
 from tests.test_per_backend import FILTER_NAMES, config_for, only_call, post
@@ -119,11 +122,14 @@ def test_it_redacts_a_backends_error_body_before_storing_and_streaming(backend_s
     echo = 'invalid pod: env DB_PASSWORD=hunter2-env, {"name":"API_TOKEN","value":"hunter2-json"}, Bearer hunter2-bearer-xyz'
     backend = backend_server({"filter": reply(500, echo, "text/plain")})
     server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
-    published: list = []
-    server.recorder.publisher = published.extend
+    # What the live stream carries: the recorder process sends it to this (serving) process's layer.
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(LIVE_GROUP, channel)
 
     assert post(server, "/extender/gpu/filter", fixture_bytes(FILTER_NAMES)).status_code == 500
     call = only_call(admin_client, server)
+    published = async_to_sync(layer.receive)(channel)["calls"]
 
     assert call["outcome"] == "error" and "invalid pod" in call["error"] and "hunter2" not in call["error"]
     assert "hunter2" not in Call.objects.get().error

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import RecordingConfig, RedactionConfig
+from ..config import RecordingConfig, RedactionConfig, RetentionConfig
 from .trace import Trace
 from .writer import BatchWriter
 
 
 class LocalRecorder:
-    def __init__(self, recording: RecordingConfig | None = None, redaction: RedactionConfig | None = None, **_: Any) -> None:
+    def __init__(self, recording: RecordingConfig | None = None, redaction: RedactionConfig | None = None,
+                 retention: RetentionConfig | None = None, **_: Any) -> None:
         self.recording = recording or RecordingConfig()
+        self.retention = retention  # applied once before the first write, as the recorder process does
         self.writer = BatchWriter(redaction or RedactionConfig())
         self.pending: list[Trace] = []
         self.published: list[list[dict[str, Any]]] = []
@@ -32,6 +34,11 @@ class LocalRecorder:
         return summaries
 
     def flush(self, timeout: float = 0.0) -> bool:
+        if self.retention is not None:
+            from .retention import prune
+
+            prune(self.retention)
+            self.retention = None
         size = max(1, self.recording.batch_size)
         while self.pending:
             batch, self.pending = self.pending[:size], self.pending[size:]
