@@ -234,6 +234,11 @@ class SpoolRecorder:
 
     # status --------------------------------------------------------------------------
     @property
+    def dropped(self) -> int:
+        """Calls this process answered and could not hand over, all reasons together."""
+        return sum(self.drops.counts.values())
+
+    @property
     def queued(self) -> int:
         return len(self._queue) + self._in_flight
 
