@@ -20,7 +20,7 @@ def fill_call_ids(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("extproxy", "0004_exports")]
+    dependencies = [("extproxy", "0005_replay")]
 
     operations = [
         migrations.AddField(model_name="call", name="call_id", field=models.CharField(max_length=36, null=True)),
