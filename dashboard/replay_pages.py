@@ -89,7 +89,7 @@ def _start_from_form(request, data: dict[str, Any]) -> ReplayRun | dict:
 
     try:
         data = dict(data, target=_target_from_form(request.POST), allow_bind=bool(request.POST.get("allow_bind")))
-        run, status = start(data, request.user)
+        run, status = start(data, request.user, request)
     except ValidationError as exc:
         return exc.detail if isinstance(exc.detail, dict) else {"replay": exc.detail}
     if status == 429:

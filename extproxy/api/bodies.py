@@ -22,6 +22,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.decorators import api_view, permission_classes
 
 from .. import copyout
+from ..audit import Action, audit
 from ..bodies import Body, request_of, response_of
 from ..models import BackendCall, Call
 from ..roles import Perm
@@ -71,12 +72,15 @@ BODY_PARAMETERS = [
 def _call_body(request, pk: int, which: str):
     call = object_or_404(Call, pk=pk)
     body = request_of(call) if which == "request" else response_of(call)
+    audit(request, Action.BODIES_DOWNLOADED, target=f"call {pk} {which}", detail={"part": which})
     return body_response(body, f"call-{pk}-{which}", request.query_params)
 
 
 def _backend_call_body(request, pk: int, bc: int, which: str):
     part = object_or_404(BackendCall, pk=bc, call_id=pk)
     body = request_of(part) if which == "request" else response_of(part)
+    audit(request, Action.BODIES_DOWNLOADED, target=f"call {pk} backend call {bc} {which}",
+          detail={"part": which, "backend": part.backend})
     return body_response(body, f"call-{pk}-{part.backend}-{which}", request.query_params)
 
 
@@ -111,6 +115,7 @@ def call_curl(request, pk: int):
             f"backend {call.backend!r} is not configured now (or lacks the verb): give ?url=",
             status=400, content_type="text/plain; charset=utf-8",
         )
+    audit(request, Action.COPY_OUT, target=f"call {call.pk}", detail={"as": "curl", "url": url})
     comment = f"extproxy call {call.pk}: {call.verb} {call.backend} {call.pod_namespace}/{call.pod_name} at {call.started_at.isoformat()}"
     return HttpResponse(copyout.curl_command(request_of(call), url, comment), content_type="text/plain; charset=utf-8")
 
@@ -120,6 +125,7 @@ def call_curl(request, pk: int):
 @permission_classes([CanViewBodies])
 def call_fixture(request, pk: int):
     call = object_or_404(Call, pk=pk)
+    audit(request, Action.COPY_OUT, target=f"call {call.pk}", detail={"as": "fixture"})
     response = HttpResponse(json.dumps(copyout.fixture(call), indent=1), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="call-{pk}.fixture.json"'
     return response
@@ -139,6 +145,7 @@ def _fixture_lines(queryset) -> Iterator[bytes]:
 @permission_classes([CanViewBodies])
 def fixtures(request):
     queryset = filter_calls(Call.objects.order_by("started_at", "id"), request.query_params)[:FIXTURE_SET_LIMIT]
+    audit(request, Action.COPY_OUT, target="fixture set", detail={"as": "fixtures", "filters": dict(request.query_params.items())})
     response = StreamingHttpResponse(_fixture_lines(queryset), content_type="application/x-ndjson")
     response["Content-Disposition"] = 'attachment; filename="extproxy-fixtures.jsonl"'
     return response

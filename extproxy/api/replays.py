@@ -19,6 +19,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
+from ..audit import Action, audit
 from ..engine import get_engine
 from ..models import ReplayItem, ReplayRun
 from ..replay.runner import item_diff, run_replay, select_calls
@@ -119,7 +120,7 @@ def replays(request):
         runs = ReplayRun.objects.select_related("created_by")[:100]
         return Response({"results": [run_to_json(r) for r in runs]})
     data = request.data if isinstance(request.data, dict) else {}
-    run, status = start(data, request.user)
+    run, status = start(data, request.user, request)
     if status == 429:
         return Response({"detail": run.error, "run": run_to_json(run)}, status=429)
     body = run_to_json(run)
@@ -128,9 +129,10 @@ def replays(request):
     return Response(body, status=201)
 
 
-def start(data: dict[str, Any], user) -> tuple[ReplayRun, int]:
+def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
     """Check a replay request, store its run and start it: (run, 201), or (run, 429) when too
-    many runs wait. `wait` (one call only) runs it here. ValidationError for bad input."""
+    many runs wait. `wait` (one call only) runs it here. ValidationError for bad input.
+    Every run stored is in the audit trail (who, what, against which target, from where)."""
     selector = _selector(data)
     try:
         target = check(data.get("target") or {"kind": "configured"}, get_engine().config.policies)
@@ -142,6 +144,8 @@ def start(data: dict[str, Any], user) -> tuple[ReplayRun, int]:
     run = ReplayRun.objects.create(
         created_by=user, selector=selector, target=target, allow_bind=bool(data.get("allow_bind")), rate=_rate(data),
     )
+    audit(request, Action.REPLAY, target=f"replay {run.pk}", user=user,
+          detail={"selector": selector, "target": target, "allow_bind": run.allow_bind})
     if wait:
         run_replay(run)
         return run, 201

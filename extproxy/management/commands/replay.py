@@ -12,6 +12,7 @@ changed, 1 decisions changed, 2 a call could not be replayed or the arguments ar
 """
 from __future__ import annotations
 
+import getpass
 import json
 import sys
 from collections import Counter
@@ -20,6 +21,7 @@ from typing import Any, Iterator
 
 from django.core.management.base import BaseCommand, CommandError
 
+from extproxy.audit import Action, audit
 from extproxy.replay.runner import Original, Replayer, Result, run_replay, select_calls
 from extproxy.replay.targets import TargetError, check
 
@@ -77,6 +79,14 @@ def read_fixtures(path: str) -> Iterator[dict[str, Any]]:
                 except ValueError as exc:
                     raise CommandError(f"{path}:{number}: not a fixture: {exc}", returncode=2) from None
 
+
+
+def _os_user() -> str:
+    """Who ran the command, for the audit trail (the CLI has no Django user)."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name (a container without /etc/passwd entry): still audited
+        return "cli"
 
 class Command(BaseCommand):
     help = "Replay recorded calls (database or fixtures) against a target; exit 0 same, 1 changed, 2 errors."
@@ -177,6 +187,8 @@ class Command(BaseCommand):
         else:
             run = ReplayRun.objects.create(selector=selector, target=target, allow_bind=options["allow_bind"],
                                            rate=options["rate"])
+            audit(None, Action.REPLAY, target=f"replay {run.pk}", actor=_os_user(), source="cli",
+                  detail={"selector": selector, "target": target, "allow_bind": run.allow_bind})
 
             def on_result(result: Result) -> None:
                 summary.add(result)
