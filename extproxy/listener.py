@@ -6,7 +6,7 @@ parsed once by httptools and the body handed to the same routing and engine as t
 (views.route), so both ports give the same answers, refusals, recording and metrics. The
 answer goes out as one write. It serves only /extender/; everything else is a 404 with the
 reason, so that this port can be exposed to the scheduler alone (issue 9: TLS with client
-certificates via `ssl`, a source allowlist via `allow`; see /work/notes/hotpath-interface.md).
+certificates via `ssl`, a source allowlist via `allow`; both set in asgi.py's lifespan).
 
 Bounds: a request body over EXTPROXY_MAX_BODY_BYTES is refused with 413 as soon as that is
 known (Content-Length, or while reading a chunked body) and the connection is closed; one
