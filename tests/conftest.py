@@ -173,6 +173,13 @@ class RecorderProcess:
         environment = dict(os.environ, EXTPROXY_SPOOL_DIR=str(spool), EXTPROXY_CONFIG=config_path or "")
         if connection.vendor == "sqlite":
             environment["EXTPROXY_SQLITE_PATH"] = str(connection.settings_dict["NAME"])
+        elif connection.vendor == "postgresql" and os.environ.get("DATABASE_URL"):
+            # DATABASE_URL names the production database; pytest-django made and switched to its
+            # test twin, which is where the test reads what the recorder wrote.
+            from urllib.parse import urlsplit, urlunsplit
+
+            url = urlsplit(os.environ["DATABASE_URL"])
+            environment["DATABASE_URL"] = urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"]))
         environment.update(env or {})
         self.log = open(spool.parent / f"recorder-{spool.name}.log", "ab")
         self.process = subprocess.Popen(
