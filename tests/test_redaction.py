@@ -2,6 +2,8 @@
 unit tables and end to end (a real proxy and backend; what is stored and what the API shows)."""
 from __future__ import annotations
 
+import asyncio
+
 import json
 
 import pytest
@@ -122,14 +124,20 @@ def test_it_redacts_a_backends_error_body_before_storing_and_streaming(backend_s
     echo = 'invalid pod: env DB_PASSWORD=hunter2-env, {"name":"API_TOKEN","value":"hunter2-json"}, Bearer hunter2-bearer-xyz'
     backend = backend_server({"filter": reply(500, echo, "text/plain")})
     server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
-    # What the live stream carries: the recorder process sends it to this (serving) process's layer.
+    # What the live stream carries, listened to on one event loop from before the call to after
+    # it (the Redis layer keeps a channel per loop, so the three steps cannot be separate loops).
     layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(LIVE_GROUP, channel)
 
-    assert post(server, "/extender/gpu/filter", fixture_bytes(FILTER_NAMES)).status_code == 500
-    call = only_call(admin_client, server)
-    published = async_to_sync(layer.receive)(channel)["calls"]
+    async def listen_around_the_call():
+        channel = await layer.new_channel()
+        await layer.group_add(LIVE_GROUP, channel)
+        answered = await asyncio.to_thread(post, server, "/extender/gpu/filter", fixture_bytes(FILTER_NAMES))
+        stored = await asyncio.to_thread(only_call, admin_client, server)
+        message = await asyncio.wait_for(layer.receive(channel), timeout=60)
+        return answered, stored, message["calls"]
+
+    answered, call, published = async_to_sync(listen_around_the_call)()
+    assert answered.status_code == 500
 
     assert call["outcome"] == "error" and "invalid pod" in call["error"] and "hunter2" not in call["error"]
     assert "hunter2" not in Call.objects.get().error
