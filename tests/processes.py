@@ -99,7 +99,7 @@ class Installation:
             try:
                 requests.get(f"{self.url}/healthz", timeout=1)
                 return self.serving
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # a busy machine answers late: poll again
                 time.sleep(0.1)
         raise AssertionError(f"the serving process did not start:\n{self.serving.output()}")
 

@@ -52,7 +52,7 @@ class Server:
             try:
                 if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # a busy machine answers late: poll again
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("server did not start: " + self.process.stderr.read().decode()[-2000:])

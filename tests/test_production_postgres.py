@@ -32,9 +32,9 @@ def start_server(env: dict[str, str], port: int) -> subprocess.Popen:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+            if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
                 return process
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # a busy machine answers late: poll again
             time.sleep(0.2)
     process.kill()
     output = process.stdout.read().decode()
