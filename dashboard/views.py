@@ -46,26 +46,26 @@ def live(request):
 FEED_FILTERS = ("pod", "namespace", "verb", "backend", "outcome", "node", "latency_above", "error")
 
 
-@viewer_required
-def feed_calls(request):
-    """History for the live feed with every filter of its bar: {"results": [call, ...]}."""
+def _feed(request, query, default_limit: int, max_limit: int) -> JsonResponse:
+    """One feed query with the bar's filters, answered as {"results": [...]} or a 400 naming the bad filter."""
     try:
-        limit = max(1, min(int(request.GET.get("limit") or 200), 1000))
-        results = queries.feed_calls(request.GET, limit)
+        limit = max(1, min(int(request.GET.get("limit") or default_limit), max_limit))
+        results = query(request.GET, limit)
     except (queries.BadFilter, ValueError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"results": results})
+
+
+@viewer_required
+def feed_calls(request):
+    """History for the live feed with every filter of its bar: {"results": [call, ...]}."""
+    return _feed(request, queries.feed_calls, 200, 1000)
 
 
 @viewer_required
 def feed_attempts(request):
     """The feed by scheduling attempt: {"results": [attempt, ...]} (filters as for calls, or keys=)."""
-    try:
-        limit = max(1, min(int(request.GET.get("limit") or 100), 200))
-        results = queries.feed_attempts(request.GET, limit)
-    except (queries.BadFilter, ValueError) as exc:
-        return JsonResponse({"error": str(exc)}, status=400)
-    return JsonResponse({"results": results})
+    return _feed(request, queries.feed_attempts, 100, 200)
 
 
 @viewer_required
