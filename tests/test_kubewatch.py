@@ -4,12 +4,8 @@ the extender decisions, and used by pending pods (a binding the scheduler made b
 takes a pod off the list; a FailedScheduling for in-tree reasons puts it on)."""
 from __future__ import annotations
 
-import json
-import threading
 import time
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 from django.utils.html import escape
@@ -17,6 +13,7 @@ from django.utils.html import escape
 from dashboard import kubewatch
 from extproxy import kube
 from tests.conftest import write_kubeconfig
+from tests.kubefake import FakeKubeAPI, Resource
 from tests.test_dashboard_traffic import per_backend_attempt, scene, viewer  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,67 +43,25 @@ def bound_pod(name: str, node: str) -> dict:
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_iso()}]}}
 
 
-class KubeAPI:
-    """Answers list and watch of events (events.k8s.io/v1) and pods (v1), like an API server."""
+class KubeAPI(FakeKubeAPI):
+    """Events (events.k8s.io/v1) and unassigned Pods (v1), as the API server answers them."""
 
     def __init__(self) -> None:
-        self.events: list[dict] = []
-        self.event_watch: list[dict] = []
-        self.pod_watch: list[dict] = []
-        self.requests: list[str] = []
-        api = self
+        super().__init__({
+            "/apis/events.k8s.io/v1/events": Resource(resource_version="5"),
+            "/api/v1/pods": Resource(resource_version="5", query={"fieldSelector": ["spec.nodeName="]}),
+        })
+        self._events, self._pods = self.resources.values()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                url = urlparse(self.path)
-                query = parse_qs(url.query)
-                api.requests.append(self.path)
-                if url.path == "/apis/events.k8s.io/v1/events":
-                    items, pending = api.events, "event_watch"
-                elif url.path == "/api/v1/pods":
-                    assert query.get("fieldSelector") == ["spec.nodeName="]
-                    items, pending = [], "pod_watch"
-                else:
-                    self.send_error(404)
-                    return
-                if query.get("watch") == ["true"]:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    for change in getattr(api, pending):
-                        line = (json.dumps(change) + "\n").encode()
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
-                        self.wfile.flush()
-                    setattr(api, pending, [])
-                    time.sleep(0.3)
-                    self.wfile.write(b"0\r\n\r\n")
-                    return
-                body = json.dumps({"metadata": {"resourceVersion": "5"}, "items": items}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    events = property(lambda self: self._events.items, lambda self, v: setattr(self._events, "items", v))
+    event_watch = property(lambda self: self._events.watch, lambda self, v: setattr(self._events, "watch", v))
+    pod_watch = property(lambda self: self._pods.watch, lambda self, v: setattr(self._pods, "watch", v))
 
 
 @pytest.fixture
 def kube_api(tmp_path, monkeypatch):
     api = KubeAPI()
-    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", api.httpd.server_address[1]))
+    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", api.port))
     monkeypatch.setenv("EXTPROXY_KUBE_WATCH", "auto")
     kube.reset()
     yield api

@@ -2,72 +2,33 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from extproxy import kube
 from extproxy.nodecache import NodeCache
 from tests.conftest import fixture_json, write_kubeconfig
+from tests.kubefake import FakeKubeAPI, Resource
 
 
-class NodeAPI:
+class NodeAPI(FakeKubeAPI):
+    """Nodes (v1), as the API server answers them."""
+
     def __init__(self, nodes: list[dict]) -> None:
-        self.nodes = nodes
-        self.events: list[dict] = []
-        self.lists = 0
-        api = self
+        super().__init__({"/api/v1/nodes": Resource(items=nodes, kind="NodeList", resource_version="100")})
+        self._nodes = self.resources["/api/v1/nodes"]
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                url = urlparse(self.path)
-                query = parse_qs(url.query)
-                if url.path != "/api/v1/nodes":
-                    self.send_error(404)
-                    return
-                if query.get("watch") == ["true"]:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    for event in api.events:
-                        line = (json.dumps(event) + "\n").encode()
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
-                        self.wfile.flush()
-                    api.events = []
-                    time.sleep(0.3)
-                    self.wfile.write(b"0\r\n\r\n")
-                    return
-                api.lists += 1
-                body = json.dumps({"kind": "NodeList", "metadata": {"resourceVersion": "100"}, "items": api.nodes}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    nodes = property(lambda self: self._nodes.items)
+    lists = property(lambda self: self._nodes.lists)
+    events = property(lambda self: self._nodes.watch, lambda self, v: setattr(self._nodes, "watch", v))
 
 
 @pytest.fixture
 def node_api(tmp_path, monkeypatch):
     nodes = fixture_json("filter-request.nodecache-false.json")["Nodes"]["items"]
     api = NodeAPI(nodes)
-    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", api.httpd.server_address[1]))
+    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", api.port))
     kube.reset()
     yield api
     kube.reset()
