@@ -61,9 +61,10 @@ def bodies_with_pods(body: bytes, count: int) -> list[bytes]:
 
 
 def reply_for(body: bytes) -> bytes:
-    names = json.loads(body)["NodeNames"]
-    return json.dumps({"Nodes": None, "NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
-                       "Error": ""}, separators=(",", ":")).encode()
+    """The reference backend's answer: every candidate passes, in the request's mode."""
+    args = json.loads(body)
+    return json.dumps({"Nodes": args.get("Nodes"), "NodeNames": args.get("NodeNames"), "FailedNodes": {},
+                       "FailedAndUnresolvableNodes": {}, "Error": ""}, separators=(",", ":")).encode()
 
 
 class Database:
@@ -100,7 +101,7 @@ def environment(tmp: Path, db: Database, ref_port: int) -> dict[str, str]:
     return env
 
 
-def prefill(spool: Path, requests: list[bytes], calls: int) -> None:
+def prefill(spool: Path, requests: list[bytes], calls: int, names_mode: bool = True) -> None:
     from extproxy.recording.spool import SpoolSettings, SpoolWriter
     from extproxy.recording.trace import Trace, encode_trace
 
@@ -114,7 +115,7 @@ def prefill(spool: Path, requests: list[bytes], calls: int) -> None:
         batch.append(encode_trace(Trace(
             verb="filter", backend="ref-names", url="http://ref/ext", verb_string="filter", started_at=now,
             finished_at=now + 0.0008, request_body=body, status=200, response_body=reply, answered_status=200,
-            node_cache_capable=True, weight=1)))
+            node_cache_capable=names_mode, weight=1)))
         if len(batch) == 500:
             writer.append(batch)
             batch = []

@@ -55,6 +55,44 @@ class _NamedObject(msgspec.Struct):
     metadata: _Name = _Name()
 
 
+REDACTION_CACHE_BYTES = 32 << 20  # redacted Pods remembered, by their size (+ key and marks)
+
+
+class RedactionCache:
+    """A bodyformat.Redactor that remembers its answers by (field, SHA-256 of the bytes).
+
+    The same Pod bytes arrive many times (filter, prioritize, bind, each backend, and again on
+    every retry while the Pod is Pending); redacting and diffing it is most of what recording
+    a names-mode call costs. Bounded by the bytes it keeps (least recently used out first); a
+    single answer larger than an eighth of the bound is not kept.
+    """
+
+    def __init__(self, redact: bodyformat.Redactor, max_bytes: int) -> None:
+        self._redact = redact
+        self._max_bytes = max_bytes
+        self._answers: OrderedDict[bytes, tuple[tuple[bytes, list[str]] | None, int]] = OrderedDict()
+        self.bytes = 0
+        self.hits = self.misses = 0
+
+    def __call__(self, name: str, value: bytes) -> tuple[bytes, list[str]] | None:
+        key = name.encode() + b"\0" + hashlib.sha256(value).digest()
+        known = self._answers.get(key)
+        if known is not None:
+            self._answers.move_to_end(key)
+            self.hits += 1
+            answer = known[0]
+            return None if answer is None else (answer[0], list(answer[1]))
+        self.misses += 1
+        answer = self._redact(name, value)
+        size = 128 + len(key) + (0 if answer is None else len(answer[0]) + sum(len(m) + 64 for m in answer[1]))
+        if size <= self._max_bytes // 8:
+            self._answers[key] = (None if answer is None else (answer[0], list(answer[1])), size)
+            self.bytes += size
+            while self.bytes > self._max_bytes:
+                self.bytes -= self._answers.popitem(last=False)[1][1]
+        return answer
+
+
 class NodeDeduper:
     """Collects the distinct Node objects of a batch, keyed by the SHA-256 of canonical JSON.
 
@@ -64,12 +102,18 @@ class NodeDeduper:
     byte as before (the common case) costs one SHA-256 of its bytes.
     """
 
-    def __init__(self, rules: RedactionConfig, cache_size: int = 100_000) -> None:
+    def __init__(self, rules: RedactionConfig, cache_size: int = 100_000,
+                 redaction_cache_bytes: int = REDACTION_CACHE_BYTES) -> None:
         self.rules = rules
         self.batch: dict[str, tuple[str, bytes]] = {}  # canonical sha -> (name, json)
         self.used: set[str] = set()  # every canonical sha the batch referred to
         self._canonical: OrderedDict[bytes, tuple[str, str]] = OrderedDict()  # raw digest -> (sha, name)
+        self._exact: OrderedDict[bytes, tuple[str, tuple[str, ...]]] = OrderedDict()  # raw digest -> (key, marks)
         self._cache_size = cache_size
+        self.redact_field = RedactionCache(
+            bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
+            redaction_cache_bytes,
+        )
 
     def add(self, raw: bytes) -> str:
         digest = hashlib.sha256(raw).digest()
@@ -94,19 +138,27 @@ class NodeDeduper:
     def add_exact(self, raw: bytes) -> tuple[str, list[str]]:
         """Keep a Node object as received (keyed by the SHA-256 of its bytes), so its body can
         be restored byte for byte; one that needs redaction is kept redacted, and the changes
-        are returned as marks."""
+        are returned as marks. A Node seen before byte for byte costs one SHA-256: what it
+        was kept as, and its marks, are remembered (bounded, like the canonical cache)."""
+        digest = hashlib.sha256(raw).digest()
+        known = self._exact.get(digest)
+        if known is not None:
+            self._exact.move_to_end(digest)
+            self.used.add(known[0])
+            return known[0], list(known[1])
+        sha, marks = self._keep_exact(raw, digest)
+        self._exact[digest] = (sha, tuple(marks))
+        while len(self._exact) > self._cache_size:
+            self._exact.popitem(last=False)
+        return sha, marks
+
+    def _keep_exact(self, raw: bytes, digest: bytes) -> tuple[str, list[str]]:
         if needs_redaction(raw, self.rules):
             node = msgspec.json.decode(raw)
             kept = redact_object(msgspec.json.decode(raw), self.rules)
             marks = bodyformat.redaction_marks(node, kept)
             if marks:
                 return self.add(raw), marks
-        digest = hashlib.sha256(raw).digest()
-        known = self._canonical.get(digest)
-        if known is not None and known[0] == digest.hex():
-            self._canonical.move_to_end(digest)
-            self.used.add(known[0])
-            return known[0], []
         sha = digest.hex()
         try:
             name = msgspec.json.decode(raw, type=_NamedObject).metadata.name
@@ -114,9 +166,6 @@ class NodeDeduper:
             name = ""
         self.batch.setdefault(sha, (name[:253], raw))
         self.used.add(sha)
-        self._canonical[digest] = (sha, name)
-        while len(self._canonical) > self._cache_size:
-            self._canonical.popitem(last=False)
         return sha, []
 
     def take_batch(self) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
@@ -131,9 +180,8 @@ def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> byt
     The spliced form (bodyformat) first: it restores the body byte for byte. The older
     canonical form below only for bodies it cannot splice exactly.
     """
-    redact = bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules))
     try:
-        spliced = bodyformat.compact(body, redact, nodes.add_exact)
+        spliced = bodyformat.compact(body, nodes.redact_field, nodes.add_exact)
     except UNDECODABLE:  # the older form below decides what to keep
         spliced = None
     if spliced is not None:

@@ -1,0 +1,96 @@
+"""Where the recorder's CPU goes: drain a pre-filled spool in this process under cProfile.
+
+A report, not a test (bench/README.md, "Recording"). Fills a fresh spool with CALLS calls of one
+shape, then runs the recorder's Drainer on it in this process (no start-up in the figure) and
+prints the rate and the functions that took the most time, cumulative.
+
+    .venv/bin/python bench/recorder_profile.py                       # names N=100, 5000 calls, SQLite
+    .venv/bin/python bench/recorder_profile.py --mode full --nodes 1000 --calls 100
+    .venv/bin/python bench/recorder_profile.py --db postgres          # a fresh database on BENCH_PG
+    .venv/bin/python bench/recorder_profile.py --no-profile           # the rate alone, without cProfile's cost
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--mode", choices=("names", "full"), default="names")
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=1000, help="distinct pods cycled through")
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="extproxy-rec-profile-"))
+    from recording import Database, bodies_with_pods, prefill
+    from run import build_bodies, proxy_env
+
+    db = Database(args.db, tmp)
+    try:
+        config = tmp / "extproxy.json"
+        config.write_text("{}")
+        os.environ.clear()
+        os.environ.update(proxy_env(config, tmp), **db.env, EXTPROXY_SPOOL_DIR=str(tmp / "spool"))
+        os.environ["DJANGO_SETTINGS_MODULE"] = "extproxy.settings"
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", "--noinput", verbosity=0)
+        from extproxy.config import load_config
+        from extproxy.recording.writer import Drainer
+
+        body = build_bodies([args.nodes])[(args.mode, args.nodes)]
+        requests = bodies_with_pods(body, min(args.pods, args.calls))
+        prefill(tmp / "spool", requests, args.calls, names_mode=args.mode == "names")
+        cfg = load_config(None)
+        drainer = Drainer(tmp / "spool", cfg.recording, cfg.redaction)
+        profiler = None if args.no_profile else cProfile.Profile()
+        started, cpu = time.monotonic(), time.process_time()
+        if profiler:
+            profiler.enable()
+        drainer.run(until_idle=True)
+        if profiler:
+            profiler.disable()
+        wall, cpu = time.monotonic() - started, time.process_time() - cpu
+        drainer.close()
+        print(f"{args.db} {args.mode} N={args.nodes}: {drainer.counters.written} calls in {wall:.2f} s = "
+              f"{drainer.counters.written / wall:.0f} calls/s; recorder CPU {cpu / max(1, args.calls) * 1000:.2f} ms/call"
+              f"{' (under cProfile)' if profiler else ''}; load average {os.getloadavg()[0]:.2f}")
+        if profiler:
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(args.top)
+            print(out.getvalue())
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
+            print(out.getvalue())
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        db.drop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

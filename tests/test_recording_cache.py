@@ -1,0 +1,90 @@
+"""What the recorder remembers between calls to stay cheap: redacted Pods by their bytes, Node
+objects kept as received with their redaction marks, and the redaction diff itself.
+
+Each cached answer must be the answer computed afresh, and every cache has a bound."""
+from __future__ import annotations
+
+import json
+import zlib
+
+from extproxy import bodyformat
+from extproxy.config import RedactionConfig
+from extproxy.recording import compact_body
+from extproxy.recording.blobs import NodeDeduper, RedactionCache, restore
+from tests.conftest import fixture_bytes
+
+
+def _restore(stored: bytes, nodes: NodeDeduper, batch: dict) -> bodyformat.Restored:
+    return restore(zlib.compress(stored), lambda shas: {s: batch[s][1] for s in shas})
+
+
+def test_a_pod_seen_again_is_stored_alike_from_the_cache_and_still_redacted():
+    body = fixture_bytes("filter-request.nodecache-true.json")
+    secret = json.loads(body)["Pod"]["spec"]["containers"][0]["env"][0]["value"]
+    rules = RedactionConfig()
+    nodes = NodeDeduper(rules)
+
+    first = compact_body(body, rules, nodes)
+    again = compact_body(body, rules, nodes)
+    fresh = compact_body(body, rules, NodeDeduper(rules))
+
+    assert (nodes.redact_field.misses, nodes.redact_field.hits) == (1, 1)
+    assert first == again == fresh
+    restored = _restore(again, nodes, {})
+    assert secret.encode() not in restored.body
+    assert "Pod.spec.containers[0].env[0].value redacted" in restored.marks
+
+
+def test_a_node_that_needs_redaction_keeps_its_marks_when_seen_again():
+    body = json.loads(fixture_bytes("filter-request.nodecache-false.json"))
+    body["Nodes"]["items"][0]["metadata"]["annotations"]["example.com/api-token"] = "s3cr3t-value"
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    rules = RedactionConfig()
+    nodes = NodeDeduper(rules)
+
+    first = compact_body(raw, rules, nodes)
+    batch, _ = nodes.take_batch()
+    again = compact_body(raw, rules, nodes)
+    new_in_second, used = nodes.take_batch()
+
+    assert first == again
+    assert not new_in_second and len(used) == 5  # every node referred to, none stored twice
+    restored = _restore(again, nodes, batch)
+    assert b"s3cr3t-value" not in restored.body
+    assert "Nodes.items[0].metadata.annotations['example.com/api-token'] redacted" in restored.marks
+
+
+def test_the_redaction_cache_keeps_at_most_its_bound_least_recently_used_out_first():
+    calls: list[bytes] = []
+
+    def redact(name: str, value: bytes):
+        calls.append(value)
+        return value.upper(), ["x redacted"]
+
+    cache = RedactionCache(redact, max_bytes=8 * 1024)
+    values = [b"%04d" % i + b"a" * 200 for i in range(100)]
+    for value in values:
+        assert cache("Pod", value) == (value.upper(), ["x redacted"])
+        assert cache.bytes <= 8 * 1024
+    cache("Pod", values[-1])  # recent: still there
+    cache("Pod", values[0])  # long gone: computed again
+    assert calls.count(values[-1]) == 1 and calls.count(values[0]) == 2
+
+    big = b"b" * 2048  # more than an eighth of the bound: answered, never kept
+    cache("Pod", big)
+    cache("Pod", big)
+    assert calls.count(big) == 2
+
+
+def test_the_cache_tells_fields_apart():
+    cache = RedactionCache(lambda name, value: (name.encode(), [name]), max_bytes=1 << 20)
+    assert cache("Pod", b"{}") == (b"Pod", ["Pod"])
+    assert cache("NodeNameToVictims", b"{}") == (b"NodeNameToVictims", ["NodeNameToVictims"])
+
+
+def test_redaction_marks_name_each_change_and_nothing_else():
+    before = {"a": {"b": [1, {"c": "x", "d": "y"}], "e": "same"}, "odd-key": "v", "gone": 1, "same": [1, 2]}
+    after = {"a": {"b": [1, {"c": "[redacted]", "d": "y"}], "e": "same"}, "odd-key": "[redacted]", "same": [1, 2]}
+    assert bodyformat.redaction_marks(before, after) == [".a.b[1].c redacted", "['odd-key'] redacted", ".gone removed"]
+    assert bodyformat.redaction_marks(before, json.loads(json.dumps(before))) == []
+    assert bodyformat.redaction_marks({"l": [1, 2]}, {"l": [1]}) == [".l redacted"]
