@@ -20,11 +20,14 @@ setup: $(VENV)/.installed
 migrate: setup
 	$(PY) manage.py migrate --noinput -v 0
 
-# Two processes: the recorder (drains the spool into the database, at lower priority; it
-# ends when uvicorn does) and uvicorn (serves; hands calls to the spool).
+# Three processes: the recorder (drains the spool into the database, at lower priority), the
+# shadow process (sends the shadow backends their copies, from the spool, at the lowest
+# priority; idle without shadows), both ending when uvicorn does, and uvicorn (serves; hands
+# calls to the spool).
 run: migrate
 	$(PY) manage.py bootstrap
 	$(PY) manage.py recorder --exit-with-parent & \
+	$(PY) manage.py shadow --exit-with-parent & \
 	exec $(VENV)/bin/uvicorn extproxy.asgi:application --host $(HOST) --port $(PORT) \
 		--loop uvloop --http httptools --no-access-log --lifespan on
 

@@ -147,9 +147,11 @@ def replay(request, pk: int):
 def shadows(request):
     """The shadow backends' live diff against their primaries (refreshed by htmx)."""
     from extproxy.engine import get_engine
-    from extproxy.shadow import current_stats
+    from extproxy.shadowstats import current_stats, serving_root
 
-    context = {"stats": current_stats(get_engine().mirror)}
+    config = get_engine().config
+    figures = current_stats(serving_root(), [(s.name, s.shadow_of) for s in config.shadows])
+    context = {"stats": figures["results"], "process": figures["process"]}
     if request.htmx:
         return render(request, "dashboard/_shadows.html", context)
     return render(request, "dashboard/shadows.html", context)

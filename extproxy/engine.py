@@ -8,7 +8,8 @@ the scheduler fails the call with that text and skips an ignorable backend exact
 transport error; for prioritize and preempt, whose replies have no Error field, a 502/504).
 The engine holds the backends and the recorder for the process.
 
-May import: the pure core, backends/, combined, the recorder, metrics; Django's settings only
+May import: the pure core, backends/, combined, the recorder, metrics (and shadowstats, whose
+collector puts the shadow process's figures on /metrics); Django's settings only
 (the engine is built inside the running server).
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .policies import default_policy, parse_policy
 from .protocol import Reply, Verb
 from .ratelog import RateLimitedLog
 from .recording import SpoolRecorder, Trace
-from .shadow import shadow_mirror
+from . import shadowstats  # noqa: F401  (puts the shadow process's figures on /metrics)
 
 log = logging.getLogger(__name__)
 _ratelog = RateLimitedLog(log)
@@ -72,7 +73,6 @@ class Engine:
         else:
             policies = {name: parse_policy(name, data) for name, data in config.policies.items()}
         self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
-        self.mirror = shadow_mirror(config, policies)  # None without shadow backends
         self._combined = Combined(self.backends, parallel_filter=config.parallel_filter)
         self.offload_bytes = int(getattr(settings, "EXTPROXY_OFFLOAD_BYTES", 1024 * 1024))
 
@@ -88,9 +88,7 @@ class Engine:
             answer.stream, answer.length = self._pass_on(exchange, exchange.rest, trace), exchange.length
             return answer
         metrics.BACKEND_DURATION.labels(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
-        self.recorder.submit(trace)
-        if self.mirror is not None:  # a copy for the shadows: queued, sent off the hot path
-            self.mirror.offer(trace)
+        self.recorder.submit(trace)  # the shadow process finds the call in the spool
         return answer
 
     async def _pass_on(self, exchange: Exchange, rest: AsyncGenerator[bytes, None], trace: Trace) -> AsyncGenerator[bytes, None]:
@@ -142,9 +140,6 @@ class Engine:
                 backend_calls=children,
             )
         )
-        if self.mirror is not None:  # each backend's part, for its shadows
-            for child in children:
-                self.mirror.offer(child)
         return Answer.of(reply)
 
     @staticmethod
@@ -152,8 +147,6 @@ class Engine:
         return protocol.encode_failure(verb, semantics.go_format_safe(f"extproxy: {reason}"))
 
     async def close(self) -> None:
-        if self.mirror is not None:
-            self.mirror.stop()
         self._combined.close()
         for backend in self.backends.values():
             await backend.close()

@@ -41,19 +41,4 @@ REPLIES_TRUNCATED = Counter(
 
 def render() -> bytes:
     return generate_latest(REGISTRY)
-
-
-# --- shadow backends (shadow.py) -------------------------------------------------------------
-SHADOW_CALLS = Counter(
-    "extproxy_shadow_calls_total",
-    "Calls mirrored to a shadow backend, by whether its decisions differed from the primary's "
-    "(same, different) or could not be compared (error).",
-    ["shadow", "result"],
-    registry=REGISTRY,
-)
-SHADOW_DROPPED = Counter(
-    "extproxy_shadow_dropped_total",
-    "Calls not mirrored to a shadow because the shadow queue was full (the shadows were behind).",
-    ["shadow"],
-    registry=REGISTRY,
-)
+# The shadow backends' figures come from the shadow process, through shadowstats.py's collector.

@@ -1,155 +1,217 @@
-"""Shadow backends: a copy of every call of a backend goes to its shadows, off the hot path,
-and the shadow's decisions are diffed against the primary's.
+"""Shadow backends: the shadow process (`manage.py shadow`) sends a copy of each recorded call
+of a backend to that backend's shadows and diffs the shadow's decisions against the primary's.
 
-A backend configured with `shadowOf: <primary>` is never part of the scheduler's chain. After
-the engine has built the primary's answer, `Mirror.offer` puts the call's Trace in a bounded
-queue (a non-blocking put; nothing else happens on the hot path). One worker thread with its own
-event loop takes calls from the queue, sends each to the primary's shadows (in the shadow's
-mode; never a bind, which would bind a pod), judges both replies as the scheduler would
-(recorder.judge, semantics) and diffs them (replay/diff.py). When the queue is full the call
-is dropped for the shadows and counted: a slow or dead shadow never slows the primary.
+A backend configured with `shadowOf: <primary>` is never part of the scheduler's chain, and the
+serving process does nothing for it: every call it answers is in the spool already (for the
+recorder), and this process follows the spool (recording/spool_reader.SpoolTail) at low OS
+priority, after the scheduler has long been answered. For each record of a primary that has
+shadows (a combined call: each of its backends' parts), and never for a bind (it would bind
+the pod), it sends the recorded request to each shadow in the shadow's own mode (replay/modes.py)
+with the shadow's own timeout, judges both replies as the recorder does (recording.rows.judge,
+semantics) and diffs them as replay does (replay/diff.py).
 
-Results are counted per shadow (same, different, error, dropped) in /metrics and in `stats`
-(this process), with the latest differing calls as examples for the dashboard. Shadow calls
-are not recorded as calls.
+Bounds: at most `concurrency` shadow calls in flight; past that the tail stops reading (the
+spool is the queue). A call older than `max_lag` seconds when its turn comes is not sent and
+counted as dropped (`stale`), so a slow or dead shadow sheds load and the figures stay recent;
+records whose segment the recorder deleted before the tail got there are counted as skipped
+(`deleted`). Results are applied in spool order with the tail's position and saved with it
+(shadowstats.py), so a restart neither loses nor double-counts a call.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import msgspec
 
-from . import metrics
-from .backends import Backend
+from .backends import Backend, build_backend
 from .protocol import Verb
-from .recorder import Trace, judge
+from .recording.rows import judge
+from .recording.spool_reader import SpoolTail, TailItem
+from .recording.trace import Trace, UnreadableRecord, decode_trace
 from .replay import diff as diffs
 from .replay.modes import in_mode
+from .shadowstats import ShadowState, load_state, save_state
 
 log = logging.getLogger(__name__)
 
-QUEUE_SIZE = 1000  # calls waiting for the shadows; more are dropped (and counted)
-CONCURRENCY = 8  # shadow calls in flight at once
-EXAMPLES = 20  # latest differing calls kept per shadow
 MIRRORED_VERBS = ("filter", "prioritize", "preempt")  # never bind: it would bind the pod
+CONCURRENCY = 8  # shadow calls in flight at once
+MAX_LAG = 30.0  # seconds: a call older than this when its turn comes is dropped (stale)
+SAVE_EVERY = 0.5  # seconds between state saves while working (and the heartbeat when idle)
+READ_BATCH = 64
 
 
 @dataclass
-class ShadowStats:
+class Outcome:
+    """What one mirrored call (one shadow) came to; applied to the figures in spool order."""
+
     shadow: str
     primary: str
-    calls: int = 0  # compared
-    different: int = 0
-    errors: int = 0  # no comparison possible (the shadow lacks the verb, the request could not be converted)
-    dropped: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)
-    examples: deque = field(default_factory=lambda: deque(maxlen=EXAMPLES))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "shadow": self.shadow, "primary": self.primary, "calls": self.calls, "different": self.different,
-            "errors": self.errors, "dropped": self.dropped,
-            "different_rate": round(self.different / self.calls, 4) if self.calls else 0.0,
-            "kinds": dict(sorted(self.kinds.items())), "examples": list(self.examples),
-        }
+    result: str  # same | different | error | dropped
+    reason: str = ""
+    diff: diffs.Diff | None = None
+    verb: str = ""
+    call_id: str = ""
+    at: float = 0.0
 
 
-def _side(trace: Trace, backend: str) -> diffs.Side:
-    ident, verdict = judge(trace)
+@dataclass
+class _Step:
+    item: TailItem
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)  # decided without a call (dropped, error)
+    lag: float | None = None
+
+
+class _PeekTrace(msgspec.Struct, array_like=True):
+    """The head of a spooled Trace (recording/trace.py's positional form): enough to tell
+    whose call it is without decoding its bodies (later fields are ignored)."""
+
+    verb: str
+    backend: str
+    url: str
+    started_at: float
+    finished_at: float
+    request_body: msgspec.Raw
+    status: int | None
+    response_body: msgspec.Raw
+    answered_status: int
+    answered_body: msgspec.Raw
+    transport_error: str
+    timed_out: bool
+    node_cache_capable: bool
+    weight: int
+    form: str
+
+
+class _PeekRecord(msgspec.Struct, array_like=True):
+    format: int
+    trace: _PeekTrace
+
+
+_peek = msgspec.msgpack.Decoder(_PeekRecord).decode
+
+
+def _side(trace: Trace) -> diffs.Side:
+    _ident, verdict = judge(trace)
     if trace.timed_out:
-        return diffs.Side(backend, trace.verb, "timeout", trace.transport_error, [])
+        return diffs.Side(trace.backend, trace.verb, "timeout", trace.transport_error, [])
     if verdict is None:
-        return diffs.Side(backend, trace.verb, "error", trace.transport_error or "no answer", [])
+        return diffs.Side(trace.backend, trace.verb, "error", trace.transport_error or "no answer", [])
     decisions = msgspec.to_builtins(verdict.decisions)  # the diff reads decisions as stored: plain objects
-    return diffs.Side(backend, trace.verb, verdict.outcome, verdict.error, decisions)
+    return diffs.Side(trace.backend, trace.verb, verdict.outcome, verdict.error, decisions)
 
 
-class Mirror:
-    """The shadows of every primary, the bounded queue and the worker that feeds them."""
+def configured_shadows(config, policies: dict[str, Any]) -> dict[str, list[Backend]]:
+    """Primary name -> its shadow backends, built from a configuration."""
+    shadows: dict[str, list[Backend]] = {}
+    for shadow in config.shadows:
+        shadows.setdefault(shadow.shadow_of, []).append(build_backend(shadow, policies))
+    return shadows
 
-    def __init__(self, shadows: dict[str, list[Backend]], queue_size: int | None = None) -> None:
-        self.shadows = shadows  # primary name -> its shadow backends
-        self.stats = {s.name: ShadowStats(s.name, primary) for primary, ss in shadows.items() for s in ss}
-        self._queue: queue.Queue[Trace] = queue.Queue(maxsize=queue_size or QUEUE_SIZE)
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._stop = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending = 0  # queued or being mirrored
-        self._idle = threading.Condition(self._lock)
 
-    # hot path ---------------------------------------------------------------------------------
-    def offer(self, trace: Trace) -> None:
-        """Queue a copy of the call for the primary's shadows; never blocks, never raises."""
-        shadows = self.shadows.get(trace.backend)
-        if not shadows or trace.verb not in MIRRORED_VERBS:
-            return
-        with self._lock:
-            try:
-                self._queue.put_nowait(trace)
-            except queue.Full:
-                for shadow in shadows:
-                    self.stats[shadow.name].dropped += 1
-                    metrics.SHADOW_DROPPED.labels(shadow.name).inc()
-                return
-            self._pending += 1
-        if self._thread is None:
-            self._start()
+class Shadower:
+    """Follows the spool under `root` and mirrors each call of a shadowed backend."""
 
-    # worker ------------------------------------------------------------------------------------
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is None and not self._stop:
-                self._thread = threading.Thread(target=self._run, name="extproxy-shadow", daemon=True)
-                self._thread.start()
+    def __init__(self, root: Path, shadows: dict[str, list[Backend]], concurrency: int = CONCURRENCY,
+                 max_lag: float = MAX_LAG, clock: Callable[[], float] = time.time) -> None:
+        self.root = Path(root)
+        self.shadows = shadows
+        self.max_lag = max_lag
+        self.clock = clock
+        self.state: ShadowState = load_state(self.root)
+        for primary, backends in shadows.items():
+            for backend in backends:
+                self.state.stats(backend.name, primary)
+        self.tail = SpoolTail(self.root, self.state.positions)  # where reading stands
+        self._committed = dict(self.state.positions)  # where applied results stand: what is saved
+        self._slots = asyncio.Semaphore(max(1, concurrency))
+        self._steps: deque[_Step] = deque()
+        self._saved = 0.0
 
-    def _run(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self._loop)
-        while not self._stop:
-            try:
-                first = self._queue.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            batch = [first]
-            while len(batch) < CONCURRENCY:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
+    # reading ------------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event, until_idle: bool = False) -> None:
+        """Follow the spool until `stop` (or, with until_idle, until nothing is left to read and
+        every call in flight is done)."""
+        self._save()
+        while not stop.is_set():
+            items = self.tail.read(READ_BATCH)
+            for item in items:
+                await self._take(item)
+                self._commit_done()
+            self._commit_done()
+            if not items:
+                if until_idle and not self._steps:
                     break
-            try:
-                self._loop.run_until_complete(self._mirror_all(batch))
-            except Exception:  # one bad call must not stop the shadows
-                log.exception("shadow: mirroring %d call(s) failed", len(batch))
-            with self._idle:
-                self._pending -= len(batch)
-                self._idle.notify_all()
-        for shadow in (s for ss in self.shadows.values() for s in ss):
-            self._loop.run_until_complete(shadow.close())
-        self._loop.close()
+                if time.monotonic() - self._saved >= SAVE_EVERY:
+                    self._save()
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.05)
+                except asyncio.TimeoutError:
+                    pass
+            elif time.monotonic() - self._saved >= SAVE_EVERY:
+                self._save()
+        await self.drain()
 
-    async def _mirror_all(self, batch: list[Trace]) -> None:
-        await asyncio.gather(*(self._mirror(trace) for trace in batch))
+    async def drain(self) -> None:
+        """Wait for the calls in flight, apply them, save."""
+        for step in list(self._steps):
+            if step.tasks:
+                await asyncio.gather(*step.tasks, return_exceptions=True)
+        self._commit_done()
+        self._save()
 
-    async def _mirror(self, trace: Trace) -> None:
-        await asyncio.gather(*(self._one(shadow, trace) for shadow in self.shadows[trace.backend]))
+    async def _take(self, item: TailItem) -> None:
+        step = _Step(item)
+        self._steps.append(step)
+        if item.entry is None:
+            return
+        try:
+            peek = _peek(item.entry.payload)
+            if peek.trace.backend not in self.shadows and peek.trace.form != "combined":
+                return  # not a shadowed backend's call: its bodies are never decoded
+            trace = decode_trace(item.entry.payload)
+        except (UnreadableRecord, msgspec.DecodeError, msgspec.ValidationError) as exc:  # the recorder counts it; nothing to mirror
+            log.debug("shadow: spool record %s/%d unreadable: %s", item.writer, item.entry.seq, exc)
+            return
+        parts = trace.backend_calls if trace.form == "combined" else [trace]
+        for part in parts:
+            if part.verb not in MIRRORED_VERBS:
+                continue
+            for shadow in self.shadows.get(part.backend, ()):
+                await self._slots.acquire()  # the bound: the tail waits here while the shadows are busy
+                step.lag = self.clock() - item.entry.at
+                if step.lag > self.max_lag:
+                    self._slots.release()
+                    step.outcomes.append(Outcome(shadow.name, part.backend, "dropped", reason="stale"))
+                    continue
+                step.tasks.append(asyncio.create_task(self._mirror(shadow, part, trace.call_id)))
 
-    async def _one(self, shadow: Backend, trace: Trace) -> None:
-        stats = self.stats[shadow.name]
+    # one mirrored call ----------------------------------------------------------------------------
+    async def _mirror(self, shadow: Backend, trace: Trace, call_id: str) -> Outcome:
+        try:
+            return await self._compare(shadow, trace, call_id)
+        except Exception as exc:  # one bad call must not stop the shadows
+            log.exception("shadow: mirroring a %s call to %s failed", trace.verb, shadow.name)
+            return Outcome(shadow.name, trace.backend, "error", reason=f"{type(exc).__name__}")
+        finally:
+            self._slots.release()
+
+    async def _compare(self, shadow: Backend, trace: Trace, call_id: str) -> Outcome:
         verb = Verb(trace.verb)
         verb_string = shadow.config.verb_string(verb)
-        body = in_mode(trace.request_body, shadow.config, verb) if verb_string else "no such verb"
+        if not verb_string:
+            return Outcome(shadow.name, trace.backend, "error", reason="no such verb")
+        # Names to full objects reads the node store: a database query, off the event loop.
+        body = await asyncio.to_thread(in_mode, trace.request_body, shadow.config, verb)
         if isinstance(body, str):
-            stats.errors += 1
-            metrics.SHADOW_CALLS.labels(shadow.name, "error").inc()
-            return
+            return Outcome(shadow.name, trace.backend, "error", reason=body)
         exchange = await shadow.exchange(verb, verb_string, body)
         copy = Trace(
             verb=trace.verb, backend=trace.backend, url=shadow.url_for(verb_string), started_at=exchange.started_at,
@@ -158,51 +220,50 @@ class Mirror:
             node_cache_capable=shadow.config.node_cache_capable, weight=shadow.config.weight or trace.weight,
             verb_string=verb_string,
         )
-        result = diffs.diff(_side(trace, trace.backend), _side(copy, trace.backend))
+        result = diffs.diff(_side(trace), _side(copy))
+        return Outcome(shadow.name, trace.backend, "different" if result.changed else "same", diff=result,
+                       verb=trace.verb, call_id=call_id, at=self.clock())
+
+    # applying, in spool order ------------------------------------------------------------------------
+    def _commit_done(self) -> None:
+        while self._steps and all(t.done() for t in self._steps[0].tasks):
+            step = self._steps.popleft()
+            for outcome in step.outcomes + [t.result() for t in step.tasks]:
+                self._apply(outcome)
+            if step.item.skipped:
+                self.state.skipped["deleted"] = self.state.skipped.get("deleted", 0) + step.item.skipped
+            if step.lag is not None:
+                self.state.lag_seconds = step.lag
+            self._committed[step.item.writer] = step.item.position
+
+    def _apply(self, outcome: Outcome) -> None:
+        stats = self.state.stats(outcome.shadow, outcome.primary)
+        if outcome.result == "dropped":
+            stats.dropped[outcome.reason] = stats.dropped.get(outcome.reason, 0) + 1
+            return
+        if outcome.result == "error":
+            stats.errors += 1
+            return
         stats.calls += 1
-        if not result.changed:
-            metrics.SHADOW_CALLS.labels(shadow.name, "same").inc()
+        if outcome.result == "same" or outcome.diff is None:
             return
         stats.different += 1
-        metrics.SHADOW_CALLS.labels(shadow.name, "different").inc()
-        for kind in result.kinds:
+        for kind, n in outcome.diff.kinds.items():
             stats.kinds[kind] = stats.kinds.get(kind, 0) + 1
         stats.examples.appendleft({
-            "at": time.time(), "verb": trace.verb, "kinds": dict(result.kinds), "outcome": result.outcome,
-            "winner": result.winner, "nodes": result.nodes[:10],
+            "at": outcome.at, "verb": outcome.verb, "call_id": outcome.call_id, "kinds": dict(outcome.diff.kinds),
+            "outcome": outcome.diff.outcome, "winner": outcome.diff.winner, "nodes": outcome.diff.nodes[:10],
         })
 
-    def wait_idle(self, timeout: float = 10.0) -> bool:
-        """True once every queued call has been mirrored (tests, benchmarks)."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+    def _save(self) -> None:
+        self._saved = time.monotonic()
+        saved = ShadowState(dict(self._committed), self.state.shadows, self.state.skipped, self.state.lag_seconds)
+        try:
+            save_state(self.root, saved)
+        except OSError as exc:
+            log.warning("shadow: state not saved: %s", exc)
 
-    def stop(self) -> None:
-        self._stop = True
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
-
-
-def shadow_mirror(config, policies: dict[str, Any]) -> Mirror | None:
-    """The Mirror for a configuration's shadow backends (None when it has none)."""
-    from .backends import build_backend
-
-    if not config.shadows:
-        return None
-    shadows: dict[str, list[Backend]] = {}
-    for shadow in config.shadows:
-        shadows.setdefault(shadow.shadow_of, []).append(build_backend(shadow, policies))
-    return Mirror(shadows)
-
-
-def current_stats(mirror: Mirror | None) -> list[dict[str, Any]]:
-    """A mirror's figures (the engine's: this process), for the dashboard and the API."""
-    from datetime import datetime, timezone
-
-    rows = [s.to_json() for s in mirror.stats.values()] if mirror is not None else []
-    for row in rows:
-        row["percent"] = f"{row['different_rate'] * 100:.1f}%"
-        for example in row["examples"]:
-            example["at_text"] = datetime.fromtimestamp(example["at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    return rows
+    async def close(self) -> None:
+        self.tail.close()
+        for backend in (b for bs in self.shadows.values() for b in bs):
+            await backend.close()

@@ -183,7 +183,9 @@ def replay_item(request, pk: int, item: int):
 @api_view(["GET"])
 @permission_classes([needs(Perm.VIEW_CALLS)])
 def shadows(request):
-    """The shadow backends' figures in this process: calls compared, differing, dropped, examples."""
-    from ..shadow import current_stats
+    """The shadow backends' figures (the shadow process's, from the spool of this replica): calls
+    compared, differing, dropped by reason, examples; and the shadow process's heartbeat."""
+    from ..shadowstats import current_stats, serving_root
 
-    return Response({"results": current_stats(get_engine().mirror)})
+    config = get_engine().config
+    return Response(current_stats(serving_root(), [(s.name, s.shadow_of) for s in config.shadows]))

@@ -1,4 +1,5 @@
-"""The recorder's end of the spool: read every writer directory in order, mark what is stored.
+"""The readers of the spool: the recorder's (`SpoolReader`: read in order, mark what is stored,
+delete finished segments) and the shadow process's (`SpoolTail`: follow without deleting).
 
 Owns `SpoolReader` (one per spool: it holds reader.lock), the in-memory read positions, the
 cursor files it writes after each committed batch, the deletion of finished segments, and
@@ -131,3 +132,98 @@ class SpoolReader:
 
     def close(self) -> None:
         os.close(self._lock_fd)
+
+
+# --- a second reader: the shadow process's tail ----------------------------------------------
+
+
+@dataclass
+class TailItem:
+    """One step of a tail: a record, or records it could no longer reach (`skipped`)."""
+
+    writer: str
+    position: Cursor  # where the tail stands once this item is done
+    entry: Entry | None = None
+    skipped: int = 0
+
+
+class SpoolTail:
+    """Follows every writer directory in order from positions its owner keeps (the shadow
+    process stores them with its figures): never locks the spool, writes no cursor file and
+    deletes nothing, so the recorder drains and cleans the spool whether a tail runs or not.
+
+    The recorder deletes a segment once it has stored it, whatever the tail's position (the
+    choice that keeps the spool's bound the recorder's alone). The tail keeps the segment it
+    is reading open, so a segment deleted under it is still read to its end (at most one
+    deleted segment per writer stays on disk until the tail moves on). When the tail's next
+    segment is gone, it goes on at the oldest segment left and reports the records in between
+    as `skipped`, from the gap in sequence numbers. A writer the tail has no position for is
+    followed from its oldest segment, nothing counted as skipped.
+    """
+
+    def __init__(self, root: Path, positions: dict[str, Cursor] | None = None) -> None:
+        self.root = root
+        self.positions: dict[str, Cursor] = dict(positions or {})
+        self._open: dict[str, tuple[int, object]] = {}  # writer -> (segment, file) being read
+
+    def read(self, max_records: int) -> list[TailItem]:
+        items: list[TailItem] = []
+        try:
+            directories = sorted(p for p in self.root.iterdir() if p.is_dir())
+        except FileNotFoundError:
+            return items
+        for directory in directories:
+            while sum(1 for i in items if i.entry is not None) < max_records:
+                item = self._next(directory)
+                if item is None:
+                    break
+                items.append(item)
+        return items
+
+    def _file(self, writer: str, directory: Path, segment: int):
+        held = self._open.get(writer)
+        if held is not None and held[0] == segment:
+            return held[1]
+        self._close(writer)
+        try:
+            f = open(directory / segment_name(segment), "rb")
+        except FileNotFoundError:
+            return None
+        self._open[writer] = (segment, f)
+        return f
+
+    def _close(self, writer: str) -> None:
+        held = self._open.pop(writer, None)
+        if held is not None:
+            held[1].close()  # type: ignore[attr-defined]
+
+    def _next(self, directory: Path) -> TailItem | None:
+        writer = directory.name
+        pos = self.positions.get(writer)
+        known = pos is not None
+        pos = pos or Cursor()
+        f = self._file(writer, directory, pos.segment) if pos.segment else None
+        if f is not None:
+            found = read_frame(f, pos.offset)
+            if found is not None:
+                moved = Cursor(found.seq, pos.segment, found.end)
+                self.positions[writer] = moved
+                return TailItem(writer, moved, entry=Entry(writer, found.seq, found.at, found.payload))
+        # At the end of the segment (or it is gone, or there is none yet): the next one, if any.
+        segs = segments(directory)
+        later = [s for s in segs if s > pos.segment]
+        if not later:
+            if known and segs and pos.segment not in segs and f is None:
+                log.warning("spool %s: the tail's segment %d is older than all (writer reset?)", directory, pos.segment)
+                later = segs[:1]
+            else:
+                return None  # the writer appends to this segment still (or a torn tail waits for its next one)
+        self._close(writer)
+        skipped = max(0, later[0] - (pos.seq + 1)) if known else 0
+        moved = Cursor(later[0] - 1, later[0], 0)
+        self.positions[writer] = moved
+        return TailItem(writer, moved, skipped=skipped)
+
+    def close(self) -> None:
+        for writer in list(self._open):
+            self._close(writer)
