@@ -75,23 +75,24 @@ class Tally:
 def call_records(calls: QuerySet, tally: Tally) -> Iterator[list[Any]]:
     """One record per decision, and one call-level record for a call without decisions (errors,
     timeouts, bind, preempt); oldest call first. Values in CALL_COLUMNS order, seq left 0."""
-    from .models import CallNode
+    from .models import Call
 
     rows = calls.order_by("started_at", "id").values_list(*CALL_FIELDS)
     pending: list[tuple] = []
     for row in rows.iterator(chunk_size=CALLS_PER_READ):
         pending.append(row)
         if len(pending) >= CALLS_PER_READ:
-            yield from _records_of(pending, CallNode, tally)
+            yield from _records_of(pending, Call, tally)
             pending = []
     if pending:
-        yield from _records_of(pending, CallNode, tally)
+        yield from _records_of(pending, Call, tally)
 
 
-def _records_of(rows: list[tuple], CallNode: Any, tally: Tally) -> Iterator[list[Any]]:
+def _records_of(rows: list[tuple], Call: Any, tally: Tally) -> Iterator[list[Any]]:
     # Bind targets come from the node index: one query per chunk, no request body decoded.
     binds = [r[0] for r in rows if r[3] == "bind"]
-    bound = dict(CallNode.objects.filter(call_id__in=binds).values_list("call_id", "node")) if binds else {}
+    bound = dict(Call.objects.filter(id__in=binds, node_set__isnull=False)
+                 .values_list("id", "node_set__entries__node")) if binds else {}
     for (pk, started, finished, verb, backend, namespace, name, uid, outcome, status, error, attempt, blob) in rows:
         tally.calls += 1
         tally.saw(started)

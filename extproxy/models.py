@@ -74,6 +74,10 @@ class Call(models.Model):
     # out of the operators' live feed and listings unless asked for.
     is_replay = models.BooleanField(default=False)
     replay_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays")
+    # The node index (NodeSet): null when the call involved no node or the index is off. No
+    # database constraint: a set is only deleted once no call refers to it (retention).
+    node_set = models.ForeignKey("NodeSet", null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False,
+                                 related_name="+")
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -233,23 +237,36 @@ class AuditEvent(models.Model):
         return f"{self.at} {self.actor} {self.action} {self.target}"
 
 
-class CallNode(models.Model):
-    """Index: which calls involved a node, and the verdict each gave it (API `?node=`).
+class NodeSet(models.Model):
+    """Index: one distinct set of (node, verdict) pairs that calls gave (API `?node=`).
 
-    One row per (call, node, verdict); a node of the request without a verdict (bind's target,
-    preempt's candidates, a call that failed before judging) has result "". Written with the
-    call by the recorder (extproxy/nodeindex.py); deleted with it.
+    Each call points at the set of its pairs (Call.node_set): a node of the request without a
+    verdict (bind's target, preempt's candidates, a call that failed before judging) is paired
+    with "". Most calls share their set with many others, so a call costs one integer, and a
+    set one row per pair, once. Written by the recorder (extproxy/nodeindex.py); a set no kept
+    call refers to is deleted by retention (last_seen: as NodeObject's).
     """
 
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+", db_index=False)
+    digest = models.CharField(max_length=64, unique=True)  # SHA-256 of the sorted pairs
+    size = models.IntegerField(default=0)
+    last_seen = models.DateTimeField(db_index=True)
+
+    class Meta:
+        default_permissions = ()
+
+
+class NodeSetEntry(models.Model):
+    """One (node, verdict) pair of a NodeSet."""
+
+    node_set = models.ForeignKey(NodeSet, on_delete=models.CASCADE, related_name="entries", db_index=False)
     node = models.CharField(max_length=253)
     result = models.CharField(max_length=16, blank=True)
 
     class Meta:
         default_permissions = ()
         indexes = [
-            models.Index(fields=["node", "result", "call"], name="callnode_node"),
-            models.Index(fields=["call"], name="callnode_call"),
+            models.Index(fields=["node", "result", "node_set"], name="nodesetentry_node"),
+            models.Index(fields=["node_set"], name="nodesetentry_set"),
         ]
 
 

@@ -1,55 +1,125 @@
-"""The node index (models.CallNode): which calls involved a node, with each verdict given it.
+"""The node index (models.NodeSet): which calls involved a node, with each verdict given it.
 
-`index_calls` is called by the recorder inside the batch's transaction, after the Call rows
-have their keys. One multi-row insert per batch through the cursor: a 5000-node call costs
-one tuple per node, not one ORM object. Off with EXTPROXY_NODE_INDEX=0 (what it costs the
-writer is in the README). This module must not decide verdicts: it stores the decisions the
-recorder built.
+A call's index is the set of its (node, verdict) pairs. Calls mostly repeat a set (the same
+candidate nodes with the same verdicts), so each distinct set is stored once (NodeSet, one
+NodeSetEntry per pair) and a call carries the set's id (Call.node_set): the usual cost of
+indexing a call is one integer in its row; a new set costs one row per pair, once.
+
+`NodeSets.assign` is called by the recorder inside the batch's transaction, before the Call
+rows are inserted. It remembers the ids of sets it has stored (bounded); it forgets them when
+the transaction does not commit, and refreshes a set's last_seen at most every TOUCH_EVERY
+while calls use it, so retention (which deletes sets no kept call refers to) never deletes a
+set it remembers. Off with EXTPROXY_NODE_INDEX=0. This module must not decide verdicts: it
+stores the decisions the recorder built.
 """
 from __future__ import annotations
 
+import hashlib
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from django.db import connection
+import msgspec
+from django.db import connection, transaction
 
-from .semantics import Decision
+from .recording.retention import TOUCH_EVERY  # retention keeps a set seen within twice this
+from .semantics import Decision, Result
 
-CHUNK = 5000
-
-
-def rows_for(call_pk: int, decisions: Sequence[Decision], nodes: Iterable[str]) -> list[tuple[int, str, str]]:
-    """One row per distinct (node, result); request nodes with no decision get result ""."""
-    seen: set[tuple[str, str]] = set()
-    judged: set[str] = set()
-    for d in decisions:
-        if d.node:
-            seen.add((d.node[:253], d.result.value))
-            judged.add(d.node)
-    for node in nodes:
-        if node and node not in judged:
-            seen.add((str(node)[:253], ""))
-    return [(call_pk, node, result) for node, result in seen]
+CHUNK = 500  # digests per query
+ENTRY_CHUNK = 5000  # entry rows per executemany
+CACHE_SETS = 20_000  # set ids remembered
+_VALUES = {r: r.value for r in Result}
 
 
-def index_calls(entries: Iterable[tuple[int, Sequence[Decision], Iterable[str]]]) -> int:
-    """Insert the index rows of (call pk, decisions, request node names) entries; returns rows."""
-    from django.conf import settings
+def pairs_for(decisions: Sequence[Decision], nodes: Iterable[str]) -> list[tuple[str, str]]:
+    """The call's distinct (node, result) pairs, sorted; request nodes with no decision get ""."""
+    value = _VALUES  # an enum's .value is a descriptor call; a dict lookup is not
+    seen = {(d.node[:253], value[d.result]) for d in decisions if d.node}
+    judged = {d.node for d in decisions}
+    seen.update((str(node)[:253], "") for node in nodes if node and node not in judged)
+    return sorted(seen)
 
-    from .models import CallNode
 
-    if not settings.EXTPROXY_NODE_INDEX:
-        return 0
-    table = connection.ops.quote_name(CallNode._meta.db_table)
-    sql = f"INSERT INTO {table} (call_id, node, result) VALUES (%s, %s, %s)"
-    rows: list[tuple[int, str, str]] = []
-    total = 0
-    with connection.cursor() as cursor:
-        for call_pk, decisions, nodes in entries:
-            rows += rows_for(call_pk, decisions, nodes)
-            if len(rows) >= CHUNK:
-                cursor.executemany(sql, rows)
-                total, rows = total + len(rows), []
-        if rows:
-            cursor.executemany(sql, rows)
-            total += len(rows)
-    return total
+def digest_of(pairs: list[tuple[str, str]]) -> str:
+    return hashlib.sha256(msgspec.json.encode(pairs)).hexdigest()
+
+
+class NodeSets:
+    """Gives each call of a batch its NodeSet, storing the sets not stored yet."""
+
+    def __init__(self, cache_size: int = CACHE_SETS) -> None:
+        self._known: OrderedDict[str, tuple[int, float]] = OrderedDict()  # digest -> (id, last touched)
+        self._cache_size = cache_size
+
+    def assign(self, calls: Iterable) -> None:
+        """Set `node_set_id` on each call from its `_node_index` (decisions, request nodes)."""
+        from django.conf import settings
+
+        if not settings.EXTPROXY_NODE_INDEX:
+            return
+        now = time.monotonic()
+        wanted: dict[str, list[tuple[str, str]]] = {}
+        per_call = []
+        for call in calls:
+            pairs = pairs_for(*getattr(call, "_node_index", ((), ())))
+            digest = digest_of(pairs) if pairs else None
+            if digest is not None and digest not in wanted:
+                wanted[digest] = pairs
+            per_call.append((call, digest))
+        ids: dict[str, int] = {}
+        unknown = []
+        for digest in wanted:
+            known = self._known.get(digest)
+            if known is not None and now - known[1] < TOUCH_EVERY:
+                ids[digest] = known[0]
+                self._known.move_to_end(digest)
+            else:
+                unknown.append(digest)
+        stored = self._store(unknown, wanted) if unknown else {}
+        ids.update(stored)
+        for call, digest in per_call:
+            call.node_set_id = ids[digest] if digest is not None else None
+        if stored:
+            transaction.on_commit(lambda: self._remember(stored, now))
+
+    def _remember(self, stored: dict[str, int], when: float) -> None:
+        for digest, pk in stored.items():
+            self._known[digest] = (pk, when)
+            self._known.move_to_end(digest)
+        while len(self._known) > self._cache_size:
+            self._known.popitem(last=False)
+
+    @staticmethod
+    def _store(digests: list[str], pairs: dict[str, list[tuple[str, str]]]) -> dict[str, int]:
+        """Ids of these sets, each refreshed or inserted with its entries (several writers may race)."""
+        from django.utils import timezone
+
+        from .models import NodeSet, NodeSetEntry
+
+        now = timezone.now()
+        ids: dict[str, int] = {}
+        for start in range(0, len(digests), CHUNK):
+            ids.update(NodeSet.objects.filter(digest__in=digests[start : start + CHUNK]).values_list("digest", "pk"))
+        existing = list(ids.values())
+        for start in range(0, len(existing), CHUNK):
+            NodeSet.objects.filter(pk__in=existing[start : start + CHUNK]).update(last_seen=now)
+        q = connection.ops.quote_name
+        sets, entries = q(NodeSet._meta.db_table), q(NodeSetEntry._meta.db_table)
+        insert_set = (f"INSERT INTO {sets} (digest, size, last_seen) VALUES (%s, %s, %s) "
+                      f"ON CONFLICT (digest) DO NOTHING")
+        rows: list[tuple[int, str, str]] = []
+        with connection.cursor() as cursor:
+            for digest in digests:
+                if digest in ids:
+                    continue
+                cursor.execute(insert_set, (digest, len(pairs[digest]), connection.ops.adapt_datetimefield_value(now)))
+                mine = cursor.rowcount == 1  # another writer stored it first: its entries are there
+                ids[digest] = NodeSet.objects.filter(digest=digest).values_list("pk", flat=True).get()
+                if mine:
+                    rows += [(ids[digest], node, result) for node, result in pairs[digest]]
+                if len(rows) >= ENTRY_CHUNK:
+                    cursor.executemany(f"INSERT INTO {entries} (node_set_id, node, result) VALUES (%s, %s, %s)", rows)
+                    rows = []
+            if rows:
+                cursor.executemany(f"INSERT INTO {entries} (node_set_id, node, result) VALUES (%s, %s, %s)", rows)
+        return ids

@@ -231,9 +231,9 @@ LOGGING = {
 # HMAC key signing export manifests. Unset: a random key generated once into DATA_DIR
 # (export-hmac.key). Several replicas must share one key: set it (from a Secret).
 EXTPROXY_EXPORT_KEY = os.environ.get("EXTPROXY_EXPORT_KEY", "")
-# The node index behind the API's `node` filter (models.CallNode), written with every call. It
-# costs the recorder's writer time (one row per node and verdict; bench figures in the README):
-# off, the `node` filter answers 400 saying so.
+# The node index behind the API's `node` filter (models.NodeSet), written with every call: one
+# integer per call, one row per pair per distinct set (figures in the README). Off, the `node`
+# filter answers 400 saying so.
 EXTPROXY_NODE_INDEX = envbool("EXTPROXY_NODE_INDEX", True)
 
 # --- dashboard (issue 10) ----------------------------------------------------------------

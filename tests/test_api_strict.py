@@ -119,13 +119,26 @@ def test_it_offers_the_dashboards_filters(api):
     assert api.get("/api/calls/?ids=1,x").status_code == 400
 
 
-def test_it_deletes_the_node_index_with_the_calls(api):
-    from extproxy.models import Call, CallNode
+def test_retention_deletes_the_node_sets_no_kept_call_refers_to(api):
+    from datetime import timedelta
 
-    traffic()
-    assert CallNode.objects.count() > 0
-    Call.objects.all().delete()
-    assert CallNode.objects.count() == 0
+    from django.utils import timezone
+
+    from extproxy.config import RetentionConfig
+    from extproxy.models import Call, NodeSet, NodeSetEntry
+    from extproxy.recording.retention import prune
+
+    calls = traffic()
+    sets = NodeSet.objects.count()
+    assert sets > 1 and NodeSetEntry.objects.count() > sets
+    assert Call.objects.filter(node_set__isnull=False).count() == 7
+    Call.objects.exclude(pk=calls["bind"]).delete()
+    NodeSet.objects.update(last_seen=timezone.now() - timedelta(days=1))  # not seen for long: only use keeps them
+
+    assert prune(RetentionConfig(max_age_seconds=0, max_calls=0, max_bytes=0)).node_sets == sets - 1
+    assert NodeSet.objects.count() == 1 and NodeSetEntry.objects.count() == 1
+    assert ids(api, "node=node-01") == {calls["bind"]}
+    assert ids(api, "node=node-02") == set()
 
 
 def test_it_generates_the_schema_parameters_from_the_filtersets(api):
@@ -151,9 +164,9 @@ def test_it_filters_the_audit_trail(api):
 def test_it_says_the_node_filter_is_off_when_the_index_is(api, settings):
     settings.EXTPROXY_NODE_INDEX = False
     traffic()
-    from extproxy.models import CallNode
+    from extproxy.models import Call, NodeSet
 
-    assert CallNode.objects.count() == 0  # the writer skipped it
+    assert NodeSet.objects.count() == 0 and not Call.objects.filter(node_set__isnull=False).exists()  # the writer skipped it
     response = api.get("/api/calls/?node=node-01")
     assert response.status_code == 400 and "EXTPROXY_NODE_INDEX" in response.json()["node"][0]
     assert len(api.get("/api/calls/").json()["results"]) == 7

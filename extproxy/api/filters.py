@@ -17,7 +17,7 @@ from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 
-from ..models import AuditEvent, Call, CallNode, Outcome, Verb
+from ..models import AuditEvent, Call, NodeSetEntry, Outcome, Verb
 
 REPLAYS = ("exclude", "include", "only")
 VERDICTS = [("passed", "passed"), ("failed", "failed"), ("unresolvable", "unresolvable"), ("scored", "scored")]
@@ -111,10 +111,10 @@ class CallFilter(df.FilterSet):
 
             if not settings.EXTPROXY_NODE_INDEX:
                 raise ValidationError({"node": ["the node index is off (EXTPROXY_NODE_INDEX=0): no node filter"]})
-            index = CallNode.objects.filter(node=node)
+            index = NodeSetEntry.objects.filter(node=node)
             if verdict:
                 index = index.filter(result=verdict)
-            queryset = queryset.filter(id__in=index.values("call_id"))
+            queryset = queryset.filter(node_set__in=index.values("node_set_id"))
         return queryset
 
 

@@ -1,6 +1,6 @@
 """Retention: delete calls older than `maxAge`, beyond the newest `maxCalls`, or the oldest
 while the store is above `maxBytes` (each deletion noted as a gap, see extproxy/pruning.py),
-then the Node objects no kept call can refer to, and audit events past `auditMaxAge`.
+then the Node objects no kept call can refer to (and the node index's sets none does), and audit events past `auditMaxAge`.
 
 A Node object's `last_seen` is refreshed at most every TOUCH_EVERY seconds while calls carry
 it (writer.py), so every node a kept call refers to has last_seen >= (that call's time -
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from ..config import RetentionConfig
@@ -28,11 +29,12 @@ PRUNE_EVERY = 60.0  # seconds between retention passes of the recorder
 class Pruned:
     calls: int = 0
     nodes: int = 0
+    node_sets: int = 0
     audit_events: int = 0
 
 
 def prune(retention: RetentionConfig, now: datetime | None = None) -> Pruned:
-    from ..models import Call, NodeObject
+    from ..models import Call, NodeObject, NodeSet
     from ..pruning import delete_calls, prune_audit, prune_to_size
 
     now = now or timezone.now()
@@ -51,6 +53,8 @@ def prune(retention: RetentionConfig, now: datetime | None = None) -> Pruned:
     oldest = Call.objects.order_by("started_at").values_list("started_at", flat=True).first()
     node_cutoff = (oldest or now) - timedelta(seconds=TOUCH_EVERY * 2)
     result.nodes = _delete_chunks(NodeObject.objects.filter(last_seen__lt=node_cutoff))
+    unused = ~Exists(Call.objects.filter(node_set=OuterRef("pk")))
+    result.node_sets = _delete_chunks(NodeSet.objects.filter(unused, last_seen__lt=node_cutoff))
     result.audit_events = prune_audit(retention.audit_max_age_seconds, now)
     return result
 

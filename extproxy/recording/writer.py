@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from ..config import RecordingConfig, RedactionConfig, RetentionConfig
-from ..nodeindex import index_calls
+from ..nodeindex import NodeSets
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compress
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
@@ -84,6 +84,7 @@ class BatchWriter:
         self.redaction = redaction
         self.attempts = AttemptTracker()
         self.nodes = NodeDeduper(redaction)
+        self.node_sets = NodeSets()
         self._touched: OrderedDict[str, float] = OrderedDict()
         self.raw = 0
 
@@ -115,8 +116,8 @@ class BatchWriter:
             self._touch_nodes(used)
             fresh = self._not_stored_yet(built)
             calls = [call for call, _ in fresh]
+            self.node_sets.assign(calls)
             insert_rows(Call, calls, conflict="call_id")
-            index_calls((c.pk, *getattr(c, "_node_index", ((), ()))) for c in calls)
             children = []
             for call, kids in fresh:
                 for kid in kids:
