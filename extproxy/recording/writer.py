@@ -23,6 +23,7 @@ from ..config import RecordingConfig, RedactionConfig, RetentionConfig
 from ..nodeindex import NodeSets
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compress
+from .bulk import insert_rows
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
 from .observe import write_recorder_counters
@@ -33,48 +34,6 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT = 5.0  # seconds between counter saves while idle (the serving side reads their age)
 BATCH_BYTES = 64 << 20  # payload bytes read per batch at most (besides recording.batchSize)
-
-
-def insert_rows(model, objects: list, conflict: str) -> None:
-    """INSERT many rows in one executemany and set their primary keys.
-
-    The ORM's bulk_create adapts every value through each field's generic path, which was
-    most of the writer's time; the fields stored here are few and plain, so they are adapted
-    once per kind. Rows whose `conflict` column is already stored are skipped by the database
-    (ON CONFLICT DO NOTHING: SQLite and PostgreSQL both have it) and keep pk None.
-    """
-    from django.db import connection, models
-
-    if not objects:
-        return
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    ops = connection.ops
-    adapt = []
-    for f in fields:
-        if isinstance(f, models.DateTimeField):
-            adapt.append(ops.adapt_datetimefield_value)
-        elif isinstance(f, models.JSONField):
-            adapt.append(lambda v, _ops=ops, _f=f: _f.get_db_prep_save(v, connection))
-        else:
-            adapt.append(None)
-    names = [f.attname for f in fields]
-    rows = [
-        tuple(getattr(o, n) if a is None else a(getattr(o, n)) for n, a in zip(names, adapt))
-        for o in objects
-    ]
-    table = connection.ops.quote_name(model._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    sql = (f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))}) "
-           f"ON CONFLICT ({connection.ops.quote_name(conflict)}) DO NOTHING")
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
-    keys = [getattr(o, conflict) for o in objects]
-    ids: dict[str, int] = {}
-    for start in range(0, len(keys), 500):
-        chunk = keys[start : start + 500]
-        ids.update(model.objects.filter(**{f"{conflict}__in": chunk}).values_list(conflict, "pk"))
-    for o in objects:
-        o.pk = ids.get(getattr(o, conflict))
 
 
 class BatchWriter:
@@ -124,8 +83,7 @@ class BatchWriter:
                     kid.pk = None
                     kid.call = call
                     children.append(kid)
-            if children:
-                BackendCall.objects.bulk_create(children, batch_size=500)
+            insert_rows(BackendCall, children)
         return [call.to_json() for call in calls]
 
     @staticmethod
