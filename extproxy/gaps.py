@@ -1,12 +1,17 @@
 """Gaps in the records: calls the recorder dropped or retention pruned, kept as RecordingGap
 rows (reason, count, time range) so an export can say its range is not complete.
 
-Writers: the recorder (drops, by reason) and retention (reason "pruned"). Readers: export
-manifests (`gaps_overlapping`). This module must not delete or alter call records.
+Writers: the recorder process (`note_drops`, in the transaction of the batch that carried
+them): the serving process's drops from the gap records it spools (queue-full, spool-full,
+spool-error, stopping, unencodable: one row per reason per gap record, i.e. per second at most,
+see recording/dropcount.py) and its own (torn, unreadable); retention (`note_gap`, reasons
+pruned-*). Readers: export manifests (`gaps_overlapping`).
+This module must not delete or alter call records.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import datetime, timezone as tz
 from typing import Any
 
 from django.db.models import F, Sum
@@ -32,6 +37,28 @@ def note_gap(reason: str, calls: int, first_at: datetime, last_at: datetime, mer
             return
     RecordingGap.objects.create(reason=reason[:64], calls=calls, first_at=first_at, last_at=last_at,
                                 noted_at=timezone.now())
+
+
+def note_drops(drops: Iterable[tuple[str, int, float, float]]) -> int:
+    """Store dropped calls, each (reason, calls, first and last drop in epoch seconds), as gap rows.
+
+    A row with the very same values is already there when a batch is read again after the
+    recorder stopped between its commit and moving the spool cursor: not stored twice.
+    Returns the rows added.
+    """
+    from .models import RecordingGap
+
+    added = 0
+    for reason, calls, first, last in drops:
+        if calls <= 0:
+            continue
+        first_at, last_at = (datetime.fromtimestamp(t, tz.utc) for t in (min(first, last), max(first, last)))
+        if RecordingGap.objects.filter(reason=reason[:64], calls=calls, first_at=first_at, last_at=last_at).exists():
+            continue
+        RecordingGap.objects.create(reason=reason[:64], calls=calls, first_at=first_at, last_at=last_at,
+                                    noted_at=timezone.now())
+        added += 1
+    return added
 
 
 def gaps_overlapping(since: datetime | None, until: datetime | None) -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ once a second per reason: `queue-full` (the hand-off holds `recording.queueSize`
 EXTPROXY_HANDOFF_BYTES of bodies), `spool-full` (the spool is at EXTPROXY_SPOOL_MAX_BYTES;
 the alarm gauge `extproxy_spool_full` is 1 meanwhile), `spool-error` (the disk refused the
 write), `stopping` (a call answered after shutdown began and after the hand-off was closed).
+Each drop is also written down in the spool as a gap record (dropcount.py), so the recorder
+keeps it as a RecordingGap and exports of its time range say so.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from .. import metrics
 from .observe import COLLECTOR, spool_status
 from ..config import RecordingConfig
+from .dropcount import DropCounter
 from .spool import SpoolSettings, SpoolWriter
 from .trace import Trace, encode_trace
 
@@ -31,21 +34,6 @@ log = logging.getLogger(__name__)
 
 HANDOFF_TICK = 0.01  # seconds between the spool-writer's rounds when little is waiting
 WAKE_AT = 256  # calls waiting that wake the spool-writer before its tick
-
-
-class DropCounter:
-    """Drops by reason, with a log line at most once a second per reason."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self._logged: dict[str, float] = {}
-
-    def add(self, reason: str, n: int = 1) -> None:
-        self.counts[reason] = self.counts.get(reason, 0) + n
-        now = time.monotonic()
-        if now - self._logged.get(reason, 0.0) >= 1.0:
-            self._logged[reason] = now
-            log.warning("recorder: call not recorded (%s); %d dropped for this reason so far", reason, self.counts[reason])
 
 
 def _register(recorder: "SpoolRecorder") -> None:
@@ -190,6 +178,8 @@ class SpoolRecorder:
                     self._queue.clear()
                     self._in_flight = len(batch)
                     closing = self._closed
+                # Before the calls, so that a spool with room for little keeps the count.
+                self.drops.write_gap(self.writer, now_please=closing)
                 if batch:
                     self._spool(batch)
                 else:

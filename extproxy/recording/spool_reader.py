@@ -44,6 +44,7 @@ class _Position:
 class ReadResult:
     entries: list[Entry] = field(default_factory=list)
     torn: int = 0  # torn or corrupt segment tails skipped during this read
+    torn_at: list[float] = field(default_factory=list)  # each one's segment's last write (epoch)
 
 
 class SpoolReader:
@@ -91,7 +92,8 @@ class SpoolReader:
             try:
                 with open(path, "rb") as f:
                     found = read_frame(f, pos.offset)
-                    size = os.fstat(f.fileno()).st_size
+                    stat = os.fstat(f.fileno())
+                    size = stat.st_size
             except FileNotFoundError:
                 segs = segments(pos.directory)
                 continue
@@ -102,11 +104,13 @@ class SpoolReader:
             if not newer:
                 if size > pos.offset and not writer_alive(pos.directory):
                     result.torn += 1  # the writer died mid-frame and has not come back
+                    result.torn_at.append(stat.st_mtime)
                     log.warning("spool %s: torn tail of %d bytes skipped (its writer is gone)", path, size - pos.offset)
                     pos.offset = size
                 return None
             if size > pos.offset:
                 result.torn += 1
+                result.torn_at.append(stat.st_mtime)
                 log.warning("spool %s: torn or corrupt tail of %d bytes skipped", path, size - pos.offset)
             pos.segment, pos.offset = current[1], 0
 

@@ -1,7 +1,9 @@
 """The Trace: what the hot path hands over for one call, and its spooled byte form.
 
 Owns the Trace dataclass (built by the engine and the combined form, never decoded there) and
-its encoding for the spool (msgpack through msgspec: bytes stay bytes, no base64, one copy).
+its encoding for the spool (msgpack through msgspec: bytes stay bytes, no base64, one copy);
+and the spool's other kind of record, the gap record: `Drops` by reason, calls the serving
+process answered and could not hand over (see dropcount.py), stored by the recorder as gaps.
 Must not decode bodies, judge, or touch Django: it runs on the hot path's side.
 """
 from __future__ import annotations
@@ -125,3 +127,43 @@ def decode_trace(data: bytes | memoryview) -> Trace:
     if record.format != FORMAT:
         raise UnreadableRecord(f"spool record format {record.format}, this recorder reads {FORMAT}")
     return _trace(record.trace)
+
+
+# --- gap records ---------------------------------------------------------------------------
+
+
+class Drops(msgspec.Struct, array_like=True):
+    """Calls answered and not handed over for one reason, between two instants (epoch seconds:
+    when the first and the last of them was dropped)."""
+
+    reason: str
+    calls: int
+    first_at: float
+    last_at: float
+
+
+class _GapRecord(msgspec.Struct, array_like=True):
+    format: int
+    kind: str  # "gap": a third element, so a gap record is a 3-array and a call's is a 2-array
+    drops: list[Drops]
+
+
+GAP_RECORD_START = 0x93  # msgpack's fixarray of 3: what a gap record starts with (a Trace's: 0x92)
+_gap_decoder = msgspec.msgpack.Decoder(_GapRecord)
+
+
+def encode_gap(drops: list[Drops]) -> bytes:
+    return _encoder.encode(_GapRecord(FORMAT, "gap", drops))
+
+
+def decode_record(data: bytes | memoryview) -> Trace | list[Drops]:
+    """A spooled record: a call's Trace, or a gap record's Drops."""
+    if not data or data[0] != GAP_RECORD_START:
+        return decode_trace(data)
+    try:
+        record = _gap_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise UnreadableRecord(str(exc)) from None
+    if record.format != FORMAT or record.kind != "gap":
+        raise UnreadableRecord(f"spool gap record format {record.format} {record.kind!r}, this recorder reads {FORMAT}")
+    return record.drops

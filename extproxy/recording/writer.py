@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from ..config import RecordingConfig, RedactionConfig, RetentionConfig
+from ..gaps import note_drops
 from ..nodeindex import NodeSets
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compress
@@ -27,8 +28,8 @@ from .bulk import insert_rows
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
 from .observe import write_recorder_counters
-from .spool_reader import SpoolReader
-from .trace import Trace, UnreadableRecord, decode_trace
+from .spool_reader import ReadResult, SpoolReader
+from .trace import Trace, UnreadableRecord, decode_record
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,10 @@ class BatchWriter:
         new_nodes = [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()]
         return built, new_nodes, used - fresh.keys()
 
-    def store(self, built: list[Built], new_nodes: list, used: Collection[str] = ()) -> list[dict[str, Any]]:
+    def store(self, built: list[Built], new_nodes: list, used: Collection[str] = (),
+              gaps: Collection[tuple[str, int, float, float]] = ()) -> list[dict[str, Any]]:
         """One transaction; on failure nothing is stored and the same rows can be stored again.
+        `gaps`: calls dropped (reason, calls, first and last time), stored as RecordingGap rows.
 
         Returns the summaries (the live stream's payload) of the calls newly stored.
         """
@@ -84,6 +87,7 @@ class BatchWriter:
                     kid.call = call
                     children.append(kid)
             insert_rows(BackendCall, children)
+            note_drops(gaps)
         return [call.to_json() for call in calls]
 
     @staticmethod
@@ -182,40 +186,60 @@ class Drainer:
                 self.stop.wait(self.recording.flush_interval)
 
     def drain_batch(self) -> int:
-        """One batch: read, build, store (retrying), commit, publish. Returns records read."""
+        """One batch: read, build, store (retrying), commit, publish. Returns records read.
+
+        Gap records and the drops seen here (torn tails, unreadable records) are stored as
+        RecordingGap rows in the batch's transaction."""
         result = self.reader.read(self.recording.batch_size, BATCH_BYTES)
         if result.torn:
             self._drop("torn", result.torn)
-        if not result.entries:
-            if result.torn:
-                self.reader.commit()
-                self._save_counters()
+        if not result.entries and not result.torn:
             return 0
-        traces = []
-        for entry in result.entries:
-            try:
-                traces.append(decode_trace(entry.payload))
-            except UnreadableRecord as exc:
-                log.error("recorder: spool record %s/%d unreadable: %s", entry.writer, entry.seq, exc)
-                self._drop("unreadable", 1)
+        traces, gaps = self._decode(result)
         raw_before = self.writer.raw
         built, new_nodes, used = self.writer.build(traces)
-        summaries = self._store(built, new_nodes, used)
+        summaries = self._store(built, new_nodes, used, gaps)
         if summaries is None:  # stopped while the database was down: it stays in the spool
             self.reader.rewind()
             return 0
         self.reader.commit()
+        if not result.entries:
+            self._save_counters()
+            return 0
         self._count(summaries, self.writer.raw - raw_before)
         self._publish(summaries)
         return len(result.entries)
 
-    def _store(self, built: list[Built], new_nodes: list, used: set[str]) -> list[dict[str, Any]] | None:
+    def _decode(self, result: ReadResult) -> tuple[list[Trace], list[tuple[str, int, float, float]]]:
+        """The batch's calls, and its drops: gap records', unreadable records', torn tails'."""
+        traces: list[Trace] = []
+        gaps: list[tuple[str, int, float, float]] = []
+        unreadable: list[float] = []
+        for entry in result.entries:
+            try:
+                record = decode_record(entry.payload)
+            except UnreadableRecord as exc:
+                log.error("recorder: spool record %s/%d unreadable: %s", entry.writer, entry.seq, exc)
+                unreadable.append(entry.at)
+                continue
+            if isinstance(record, Trace):
+                traces.append(record)
+            else:
+                gaps.extend((d.reason, d.calls, d.first_at, d.last_at) for d in record)
+        if unreadable:
+            self._drop("unreadable", len(unreadable))
+            gaps.append(("unreadable", len(unreadable), min(unreadable), max(unreadable)))
+        gaps.extend(("torn", 1, at, at) for at in result.torn_at)  # at least one call each
+        return traces, gaps
+
+    def _store(self, built: list[Built], new_nodes: list, used: set[str],
+               gaps: list[tuple[str, int, float, float]]) -> list[dict[str, Any]] | None:
         from django.db import close_old_connections, connection
 
         delay = 0.1
         while True:
             try:
-                return self.writer.store(built, new_nodes, used)
+                return self.writer.store(built, new_nodes, used, gaps)
             except Exception as exc:  # the database is down or refused the batch: keep it, retry
                 self.counters.write_errors += 1
                 self._save_counters()

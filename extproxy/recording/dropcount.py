@@ -1,0 +1,93 @@
+"""The serving process's drops: counted, logged, and written down as gap records in the spool.
+
+Owns `DropCounter`: the totals by reason (`extproxy_recorder_dropped_total`, per process), a
+log line at most once a second per reason, and the drops not yet written down. The
+spool-writer thread calls `write_gap` each round: at most once every GAP_EVERY seconds (and
+always at shutdown) it appends one small gap record (trace.encode_gap: per reason, calls and
+the first and last drop's time) summarising the drops since the last one; the recorder stores
+it as RecordingGap rows (extproxy/gaps.py). When the spool refuses it (full, or a write
+error), the counts stay here and go into the next one, so a flood of drops costs one record
+a GAP_EVERY and a full spool loses no count, only precision of the range.
+Lost: what is counted here and not yet in the spool when the process is killed (SIGKILL):
+at most GAP_EVERY seconds of drops, or the whole time the spool refused gap records.
+Must not touch the database (serving process).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from .spool import SpoolWriter
+from .trace import Drops, encode_gap
+
+log = logging.getLogger(__name__)
+
+GAP_EVERY = 1.0  # seconds between gap records at most: the gaps' time bucket
+
+
+class DropCounter:
+    """Drops by reason, with a log line at most once a second per reason."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.gap_records = 0  # gap records this process appended to the spool
+        self._logged: dict[str, float] = {}
+        self._pending: dict[str, Drops] = {}  # not yet in a gap record
+        self._lock = threading.Lock()  # add() runs on the event loop and in the spool-writer thread
+        self._written = float("-inf")  # monotonic time of the last gap record
+
+    def add(self, reason: str, n: int = 1) -> None:
+        now = time.time()
+        with self._lock:
+            self.counts[reason] = self.counts.get(reason, 0) + n
+            drops = self._pending.get(reason)
+            if drops is None:
+                self._pending[reason] = Drops(reason, n, now, now)
+            else:
+                drops.calls += n
+                drops.last_at = now
+        mono = time.monotonic()
+        if mono - self._logged.get(reason, 0.0) >= 1.0:
+            self._logged[reason] = mono
+            log.warning("recorder: call not recorded (%s); %d dropped for this reason so far", reason, self.counts[reason])
+
+    @property
+    def pending(self) -> int:
+        """Drops counted and not yet written down in the spool."""
+        with self._lock:
+            return sum(d.calls for d in self._pending.values())
+
+    def _take(self) -> list[Drops]:
+        with self._lock:
+            taken, self._pending = list(self._pending.values()), {}
+        return taken
+
+    def _put_back(self, taken: list[Drops]) -> None:
+        with self._lock:
+            for drops in taken:
+                newer = self._pending.get(drops.reason)
+                if newer is not None:
+                    drops.calls += newer.calls
+                    drops.last_at = newer.last_at
+                self._pending[drops.reason] = drops
+
+    def write_gap(self, writer: SpoolWriter, now_please: bool = False) -> bool:
+        """Append the drops since the last gap record to the spool, if any and if GAP_EVERY has
+        passed (or now_please: shutdown). False when drops are still waiting."""
+        if not self._pending or (not now_please and time.monotonic() - self._written < GAP_EVERY):
+            return not self._pending
+        taken = self._take()
+        try:
+            accepted = writer.append([encode_gap(taken)])[0]
+        except OSError:  # the disk refuses: counted in the calls' own spool-error; retried next time
+            accepted = False
+        if not accepted:
+            self._put_back(taken)
+            if now_please:
+                log.error("recorder: %d dropped calls not written down as a gap (the spool refused it)",
+                          sum(d.calls for d in taken))
+            return False
+        self._written = time.monotonic()
+        self.gap_records += 1
+        return True

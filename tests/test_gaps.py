@@ -1,0 +1,193 @@
+"""Every dropped call is on the record as a gap: the serving process writes its drops down as
+gap records in the spool, the recorder stores them (and the torn or unreadable records it finds)
+as RecordingGap rows, and an export of their range says so in its signed manifest.
+
+Counted end to end: calls answered == calls in the API + calls in gap rows, by reason, with
+the real server, spool and recorder process under real overload.
+"""
+from __future__ import annotations
+
+import io
+import json
+import time
+from datetime import datetime, timedelta, timezone as tz
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from extproxy.config import RecordingConfig
+from extproxy.exportproof import verify
+from extproxy.gaps import note_drops
+from extproxy.models import Call, RecordingGap
+from extproxy.recording import SpoolRecorder, dropcount
+from extproxy.recording.spool import SpoolSettings, SpoolWriter
+from tests.conftest import RecorderProcess, fixture_bytes, pass_all, wait_for_drain
+from tests.processes import Load, stored_calls
+from tests.test_export import auditor
+from tests.test_recorder import make_trace
+from tests.test_recording_processes import dropped, install, names_body  # noqa: F401 (install: a fixture)
+from tests.test_spool import tear
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def gaps_by_reason() -> dict[str, int]:
+    found: dict[str, int] = {}
+    for gap in RecordingGap.objects.all():
+        found[gap.reason] = found.get(gap.reason, 0) + gap.calls
+    return found
+
+
+def wait_until(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+# --- the serving side: drops -> gap records ------------------------------------------------
+
+
+def test_it_carries_drops_over_while_the_spool_refuses_the_gap_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(dropcount, "GAP_EVERY", 3600.0)  # only the first record, or one asked for now
+    writer = SpoolWriter(SpoolSettings(root=tmp_path / "spool", max_bytes=10))  # nothing fits
+    drops = dropcount.DropCounter()
+    drops.add("spool-full", 3)
+    assert drops.write_gap(writer) is False and drops.pending == 3  # refused: kept in memory
+    drops.add("spool-full", 2)
+    drops.add("queue-full")
+    writer.settings = SpoolSettings(root=tmp_path / "spool")  # the recorder drained: room again
+    assert drops.write_gap(writer) is True and drops.pending == 0 and drops.gap_records == 1
+    drops.add("queue-full")
+    assert drops.write_gap(writer) is False and drops.gap_records == 1  # at most one a GAP_EVERY
+    assert drops.write_gap(writer, now_please=True) is True and drops.gap_records == 2  # shutdown
+    assert drops.counts == {"spool-full": 5, "queue-full": 2}
+    writer.close()
+
+
+def test_it_stores_the_hand_offs_drops_as_gaps_flushed_at_shutdown_and_once_only(transactional_db, tmp_path,
+                                                                                  monkeypatch):
+    monkeypatch.setattr(dropcount, "GAP_EVERY", 3600.0)  # the first record now, the next one only at shutdown
+    before = datetime.now(tz.utc)
+    recorder = SpoolRecorder(RecordingConfig(queue_size=5), SpoolSettings(root=tmp_path / "spool"))
+    accepted = [recorder.submit(make_trace()) for _ in range(12)]  # not started: nothing leaves memory
+    assert accepted.count(False) == 7
+    recorder.start()
+    assert recorder.flush(20)
+    wait_until(lambda: recorder.drops.gap_records == 1, "no gap record for the hand-off's drops")
+    assert recorder.submit(make_trace(findings=[{"kind": object()}]))  # cannot be encoded: dropped
+    assert recorder.flush(20) and recorder.drops.pending == 1  # within GAP_EVERY: still in memory
+    assert recorder.stop()  # SIGTERM: the rest of the drops reach the spool too
+    assert recorder.drops.gap_records == 2 and recorder.drops.pending == 0
+    recorder_process = RecorderProcess(tmp_path / "spool", None)
+    try:
+        wait_for_drain(tmp_path / "spool", recorder_process, {recorder.writer.name: recorder.writer.seq})
+    finally:
+        recorder_process.stop()
+    assert Call.objects.count() == 5 and gaps_by_reason() == {"queue-full": 7, "unencodable": 1}
+    gap = RecordingGap.objects.get(reason="queue-full")
+    assert before <= gap.first_at <= gap.last_at <= datetime.now(tz.utc)
+    # A batch read again (the recorder stopped between its commit and the cursor): not stored twice.
+    assert note_drops([("queue-full", 7, gap.first_at.timestamp(), gap.last_at.timestamp())]) == 0
+    assert RecordingGap.objects.count() == 2
+
+
+def test_it_stores_torn_and_unreadable_spool_records_as_gaps(transactional_db, tmp_path):
+    recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "spool"))
+    recorder.start()
+    assert recorder.submit(make_trace())
+    assert recorder.flush(20)
+    recorder.writer.append([b"\x92not a trace"])  # a record this recorder cannot read
+    assert recorder.stop()
+    tear(recorder.writer, 10)  # then a SIGKILL mid-write: a torn tail, its writer gone
+    recorder_process = RecorderProcess(tmp_path / "spool", None)
+    try:
+        wait_until(lambda: gaps_by_reason() == {"unreadable": 1, "torn": 1},
+                   f"no torn/unreadable gaps: {gaps_by_reason()}")
+    finally:
+        recorder_process.stop()
+    assert Call.objects.count() == 1
+
+
+# --- end to end: real overload, the API, the export ----------------------------------------
+
+
+def api_calls(client) -> int:
+    count, url = 0, "/api/calls/?page_size=500"
+    while url:
+        page = client.get(url).json()
+        count += len(page["results"])
+        url = page["next"]
+    return count
+
+
+def test_every_call_answered_under_overload_is_in_the_api_or_in_a_gap_and_the_export_says_so(
+    proxy, write_config, backend_server, tmp_path
+):
+    started = datetime.now(tz.utc) - timedelta(seconds=1)
+    backend = backend_server({"filter": pass_all})
+    # A hand-off of one call: whatever arrives while the spool-writer is busy is dropped.
+    server = proxy(write_config(
+        {"backends": [{"name": "gpu", "urlPrefix": f"{backend.url}/scheduler", "filterVerb": "filter",
+                       "nodeCacheCapable": True}], "recording": {"queueSize": 1}}))
+    load = Load(f"{server.url}/extender/gpu/filter", fixture_bytes("filter-request.nodecache-true.json"),
+                concurrency=16).run(600)
+    assert load.failed == 0
+    drops = server.recorder.drops
+    wait_until(lambda: drops.pending == 0, "the drops were not written down as a gap record")
+    server.flush()
+    client = auditor()
+    stored = api_calls(client)
+    gaps = gaps_by_reason()
+    assert gaps == drops.counts and gaps.get("queue-full", 0) > 0
+    assert load.answered == stored + sum(gaps.values())
+
+    until = (datetime.now(tz.utc) + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    since = started.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    response = client.get(f"/api/export/?format=ndjson&since={since}&until={until}")
+    body = b"".join(response.streaming_content)
+    manifest = client.get(f"/api/export/{response['X-Export-Id']}/manifest/").json()
+    assert manifest["calls"] == stored and manifest["complete"] is False
+    assert {g["reason"]: g["calls"] for g in manifest["gaps"]} == gaps
+    verdict = verify(io.BytesIO(body), manifest)
+    assert verdict.ok and not verdict.complete and "NOT complete" in verdict.message
+    assert f"{gaps['queue-full']} queue-full" in verdict.message
+
+    before = (started - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # a range without drops
+    response = client.get(f"/api/export/?format=ndjson&since={before}&until={since}")
+    body = b"".join(response.streaming_content)
+    manifest = client.get(f"/api/export/{response['X-Export-Id']}/manifest/").json()
+    assert manifest["gaps"] == [] and manifest["complete"] is True and verify(io.BytesIO(body), manifest).complete
+
+    out = tmp_path / "calls.csv"
+    call_command("export", "--format", "csv", "--since", since, "--until", until, "-o", str(out),
+                 "--no-progress", stdout=io.StringIO(), stderr=io.StringIO())
+    written = json.loads((tmp_path / "calls.csv.manifest.json").read_text())
+    assert {g["reason"]: g["calls"] for g in written["gaps"]} == gaps
+    with pytest.raises(CommandError, match=f"unaltered: .* NOT complete .*{gaps['queue-full']} queue-full"):
+        call_command("verify_export", str(out), f"{out}.manifest.json", stdout=io.StringIO())
+
+
+def gap_rows(inst) -> dict[str, int]:
+    """Calls in gap rows by reason, read from the installation's database directly."""
+    import sqlite3
+
+    with sqlite3.connect(inst.env["EXTPROXY_SQLITE_PATH"]) as conn:
+        return dict(conn.execute("SELECT reason, SUM(calls) FROM extproxy_recordinggap GROUP BY reason").fetchall())
+
+
+def test_drops_at_the_full_spool_of_a_serving_process_become_gaps_once_the_recorder_makes_room(install):
+    # The real serving process (uvicorn) and recorder process; no recorder at first and a spool
+    # of ~60 calls, so the rest is refused (spool-full) and the gap records compete for room.
+    inst = install(EXTPROXY_SPOOL_MAX_BYTES=str(60 * 6000))
+    inst.start_serving()
+    load = Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=4).run(400)
+    assert load.failed == 0
+    inst.wait_spooled()
+    assert dropped(inst).get("spool-full", 0) > 0
+    inst.start_recorder()
+    wait_until(lambda: gap_rows(inst) == dropped(inst), f"gaps {gap_rows(inst)} != drops {dropped(inst)}", 60)
+    inst.wait_drained()
+    rows, distinct = stored_calls(inst)
+    assert rows == distinct and rows + gap_rows(inst)["spool-full"] == load.answered
