@@ -5,7 +5,7 @@ Writers: the recorder process (`note_drops`, in the transaction of the batch tha
 them): the serving process's drops from the gap records it spools (queue-full, spool-full,
 spool-error, stopping, unencodable: one row per reason per gap record, i.e. per second at most,
 see recording/dropcount.py) and its own (torn, unreadable); retention (`note_gap`, reasons
-pruned-*). Readers: export manifests (`gaps_overlapping`).
+pruned-*). Readers: export manifests (`gaps_overlapping`), GET /api/gaps/ (api/gaps.py).
 This module must not delete or alter call records.
 """
 from __future__ import annotations

@@ -142,6 +142,9 @@ def test_every_call_answered_under_overload_is_in_the_api_or_in_a_gap_and_the_ex
     gaps = gaps_by_reason()
     assert gaps == drops.counts and gaps.get("queue-full", 0) > 0
     assert load.answered == stored + sum(gaps.values())
+    listed = client.get("/api/gaps/?reason=queue-full&page_size=500").json()["results"]
+    assert sum(g["calls"] for g in listed) == gaps["queue-full"] and listed == sorted(
+        listed, key=lambda g: g["first_at"], reverse=True)
 
     until = (datetime.now(tz.utc) + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     since = started.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -159,6 +162,7 @@ def test_every_call_answered_under_overload_is_in_the_api_or_in_a_gap_and_the_ex
     body = b"".join(response.streaming_content)
     manifest = client.get(f"/api/export/{response['X-Export-Id']}/manifest/").json()
     assert manifest["gaps"] == [] and manifest["complete"] is True and verify(io.BytesIO(body), manifest).complete
+    assert client.get(f"/api/gaps/?since={before}&until={since}").json()["results"] == []
 
     out = tmp_path / "calls.csv"
     call_command("export", "--format", "csv", "--since", since, "--until", until, "-o", str(out),

@@ -41,6 +41,7 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "api/export/": ("/api/export/?format=csv", AUDITORS),
     "api/export/<str:export_id>/manifest/": ("/api/export/{export}/manifest/", AUDITORS),
     "api/audit/export/": ("/api/audit/export/", AUDITORS),
+    "api/gaps/": ("/api/gaps/", EVERYONE),
     "": ("/", EVERYONE),
     "feed/calls/": ("/feed/calls/", EVERYONE),
     "feed/attempts/": ("/feed/attempts/", EVERYONE),

@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 from . import bodies, replays
 from .auth import token_login
 from .export_views import AuditExportView, CallExportView, ManifestView
+from .gaps import GapList
 from .views import AuditEventViewSet, CallViewSet
 
 app_name = "api"
@@ -31,5 +32,6 @@ urlpatterns = [
     path("export/", CallExportView.as_view(), name="export"),
     path("export/<str:export_id>/manifest/", ManifestView.as_view(), name="export-manifest"),
     path("audit/export/", AuditExportView.as_view(), name="audit-export"),
+    path("gaps/", GapList.as_view(), name="gaps"),
     path("", include(router.urls)),
 ]
