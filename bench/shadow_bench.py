@@ -1,21 +1,29 @@
 """What a shadow backend costs the scheduler: per-backend latency with and without a shadow.
 
-One extproxy process (uvicorn, as `make run` starts it, recording on) with three backends on the
-same reference extender (bench/refbackend.py), names mode, N=100 nodes:
+extproxy as `make run` starts it: the serving process (uvicorn, recording on; calls go to the
+extender listener as bench/run.py sends them, BENCH_PORT=main for the main port), the recorder
+and the shadow process (`manage.py shadow`, its production priority: nice +10, SCHED_IDLE), all
+pinned with this load client to one core and the backends to the other, as bench/run.py pins.
+Three backends on the same reference extender (bench/refbackend.py), names mode, N=100 nodes:
 
     plain            no shadow
     shadowed-slow    a shadow that answers after 200 ms (slower than the primary's traffic can wait for)
     shadowed-down    a shadow on a port nobody listens on
 
 Filter calls go to the three in alternating batches (c=1 and c=8), so that drift on the machine
-hits each alike. Reported: p50 and p99 per backend and their ratio to `plain`, and what the
-shadows made of it (compared, dropped: the bounded queue at work). A report, not a test: it
-exits non-zero only when something broke (a call failed, an answer differed from `plain`'s).
+hits each alike. After a shadowed batch the bench waits until the shadow process has dealt with
+each of its calls (mirrored, or dropped as stale), so its work overlaps its own batch and not
+the next backend's; that wait is reported (`catch-up`), with the shadow process's throughput.
+Reported: p50 and p99 per backend and their ratio to `plain`, what the shadows made of it
+(/metrics), and the load average (the machine may be shared: compare within one run only). A
+report, not a test: it exits non-zero only when something broke (a call failed, an answer
+differed from `plain`'s, the shadow process did not keep count).
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -28,13 +36,16 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import (  # noqa: E402  (bench/ is not a package)
-    HOST, PYTHON, ROOT, SCALE, UVICORN, Broken, build_bodies, free_port, log, pct, proxy_env, stop, wait_http,
+    BACKEND_CORE, HOST, PIN, PROXY_CORE, PROXY_PORT_KIND, PYTHON, ROOT, SCALE, UVICORN, Broken, build_bodies,
+    free_port, log, pct, pinned, proxy_env, stop, wait_http,
 )
 
 BACKENDS = ("plain", "shadowed-slow", "shadowed-down")
 CALLS = max(200, int(2000 * SCALE))  # per backend and concurrency
 ROUNDS = 10
 SLOW_SECONDS = 0.2
+SHADOW_OF = {"shadowed-slow": "slow-shadow", "shadowed-down": "down-shadow"}
+CATCH_UP_TIMEOUT = 300.0
 
 
 def write_config(path: Path, ref_port: int, slow_port: int, down_port: int) -> None:
@@ -67,21 +78,23 @@ def serve_slow(port: int) -> None:
     web.run_app(app, host=HOST, port=port, print=None)
 
 
-async def measure(base: str, body: bytes) -> dict[tuple[str, int], list[float]]:
+async def measure(calls_base: str, metrics_base: str, body: bytes) -> tuple[dict, dict]:
     latencies: dict[tuple[str, int], list[float]] = {(b, c): [] for b in BACKENDS for c in (1, 8)}
+    catch_up: dict[str, float] = {b: 0.0 for b in SHADOW_OF}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16), headers={"Content-Type": "application/json"}) as session:
         expected = None
         for backend in BACKENDS:  # one call each: the answers must be the same bytes
-            async with session.post(f"{base}/extender/{backend}/filter", data=body) as resp:
+            async with session.post(f"{calls_base}/extender/{backend}/filter", data=body) as resp:
                 got = (resp.status, await resp.read())
             if expected is not None and got != expected:
                 raise Broken(f"{backend} answered differently from plain: {got[0]} {got[1][:200]!r}")
             expected = got
+        sent = {b: 1 for b in SHADOW_OF}
         for conc in (1, 8):
             per_round = max(1, CALLS // ROUNDS)
             for _ in range(ROUNDS):
                 for backend in BACKENDS:
-                    url = f"{base}/extender/{backend}/filter"
+                    url = f"{calls_base}/extender/{backend}/filter"
                     left = per_round
 
                     async def worker() -> None:
@@ -96,19 +109,47 @@ async def measure(base: str, body: bytes) -> dict[tuple[str, int], list[float]]:
                             latencies[(backend, conc)].append(time.perf_counter() - t0)
 
                     await asyncio.gather(*(worker() for _ in range(conc)))
-    return latencies
+                    if backend in SHADOW_OF:
+                        sent[backend] += per_round
+                        t0 = time.perf_counter()
+                        await wait_dealt_with(session, metrics_base, SHADOW_OF[backend], sent[backend])
+                        catch_up[backend] += time.perf_counter() - t0
+    return latencies, catch_up
 
 
-async def shadow_metrics(base: str) -> dict[str, float]:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{base}/metrics") as resp:
-            text = await resp.text()
+def dealt_with(figures: dict[str, float], shadow: str) -> float:
+    """Calls the shadow process is done with for one shadow: compared, not comparable, dropped."""
+    return sum(v for k, v in figures.items()
+               if (k.startswith("extproxy_shadow_calls_total") or k.startswith("extproxy_shadow_dropped_total"))
+               and f'shadow="{shadow}"' in k)
+
+
+async def wait_dealt_with(session: aiohttp.ClientSession, base: str, shadow: str, calls: int) -> None:
+    deadline = time.monotonic() + CATCH_UP_TIMEOUT
+    while dealt_with(await shadow_metrics(base, session), shadow) < calls:
+        if time.monotonic() > deadline:
+            raise Broken(f"the shadow process did not deal with {calls} calls of {shadow} within {CATCH_UP_TIMEOUT:.0f}s")
+        await asyncio.sleep(0.1)
+
+
+async def shadow_metrics(base: str, session: aiohttp.ClientSession | None = None) -> dict[str, float]:
+    if session is None:
+        async with aiohttp.ClientSession() as own:
+            return await shadow_metrics(base, own)
+    async with session.get(f"{base}/metrics") as resp:
+        text = await resp.text()
     return {k: float(v) for k, _, v in (line.rpartition(" ") for line in text.splitlines())
             if k.startswith("extproxy_shadow_") and "_created" not in k}
 
 
-def report(latencies: dict[tuple[str, int], list[float]], shadow: dict[str, float]) -> None:
-    print("\nShadow backends: per-backend latency through extproxy (names, N=100), alternating batches")
+def report(latencies: dict[tuple[str, int], list[float]], shadow: dict[str, float], catch_up: dict[str, float],
+           load: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
+    print("\nShadow backends: per-backend latency through extproxy (names, N=100), alternating batches; "
+          f"calls to the {PROXY_PORT_KIND} port; "
+          + (f"extproxy (serving, recorder, shadow process) and this client on core {PROXY_CORE}, backends on core "
+             f"{BACKEND_CORE}" if PIN else "nothing pinned"))
+    print("load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in load[0])
+          + "; at the end: " + ", ".join(f"{x:.2f}" for x in load[1]))
     print(f"{'backend':15s} {'c':>2s} {'calls':>6s} {'p50 ms':>8s} {'p99 ms':>8s} {'p50 ratio':>10s} {'p99 ratio':>10s}")
     for conc in (1, 8):
         base50, base99 = pct(latencies[("plain", conc)], 0.5), pct(latencies[("plain", conc)], 0.99)
@@ -117,9 +158,27 @@ def report(latencies: dict[tuple[str, int], list[float]], shadow: dict[str, floa
             p50, p99 = pct(values, 0.5), pct(values, 0.99)
             print(f"{backend:15s} {conc:>2d} {len(values):>6d} {p50 * 1000:>8.3f} {p99 * 1000:>8.3f} "
                   f"{p50 / base50:>9.2f}x {p99 / base99:>9.2f}x")
+    print("shadow process (waited for after each shadowed batch):")
+    for backend, shadow_name in SHADOW_OF.items():
+        done = dealt_with(shadow, shadow_name)
+        print(f"  {shadow_name:12s} {done:.0f} calls dealt with; catch-up after the batches {catch_up[backend]:.1f} s")
     print("shadow figures (/metrics):")
     for key, value in sorted(shadow.items()):
-        print(f"  {key} {value:.0f}")
+        print(f"  {key} {value:.2f}" if "seconds" in key else f"  {key} {value:.0f}")
+
+
+def wait_shadow_process(spool: Path, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Until the shadow process has saved its state once (it follows the spool from then on)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if json.loads((spool / "shadow.json").read_text()).get("pid") == process.pid:
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise Broken("the shadow process did not start")
+        time.sleep(0.1)
 
 
 def main() -> int:
@@ -127,13 +186,17 @@ def main() -> int:
         serve_slow(int(sys.argv[2]))
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="extproxy-shadow-bench-"))
-    ref = slow = proxy = None
+    ref = slow = proxy = recorder = shadow_process = None
     code = 0
     try:
+        load_start = os.getloadavg()
         body = build_bodies([100])[("names", 100)]
         ref_port, slow_port, down_port, proxy_port = free_port(), free_port(), free_port(), free_port()
-        ref = subprocess.Popen([PYTHON, str(ROOT / "bench" / "refbackend.py"), "--port", str(ref_port)], cwd=ROOT)
-        slow = subprocess.Popen([PYTHON, __file__, "--serve-slow", str(slow_port)], cwd=ROOT)
+        if PIN:
+            os.sched_setaffinity(0, {PROXY_CORE})  # the load client shares extproxy's core
+        ref = subprocess.Popen(pinned([PYTHON, str(ROOT / "bench" / "refbackend.py"), "--port", str(ref_port)],
+                                      BACKEND_CORE), cwd=ROOT)
+        slow = subprocess.Popen(pinned([PYTHON, __file__, "--serve-slow", str(slow_port)], BACKEND_CORE), cwd=ROOT)
         wait_http(f"http://{HOST}:{ref_port}/", ref, "reference backend")
         wait_http(f"http://{HOST}:{slow_port}/", slow, "slow shadow")
         config = tmp / "extproxy.json"
@@ -141,19 +204,29 @@ def main() -> int:
         env = proxy_env(config, tmp)
         if subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env).returncode:
             raise Broken("manage.py migrate failed")
+        extender_port = free_port()
+        env["EXTPROXY_EXTENDER_PORT"] = str(extender_port)
         proxy = subprocess.Popen(
-            [UVICORN, "extproxy.asgi:application", "--host", HOST, "--port", str(proxy_port), "--loop", "uvloop",
-             "--http", "httptools", "--no-access-log", "--lifespan", "on"], cwd=ROOT, env=env,
+            pinned([UVICORN, "extproxy.asgi:application", "--host", HOST, "--port", str(proxy_port), "--loop", "uvloop",
+                    "--http", "httptools", "--no-access-log", "--lifespan", "on"], PROXY_CORE), cwd=ROOT, env=env,
         )
+        # The recorder and the shadow process beside it, as `make run` starts them, at their own
+        # priorities; part of the proxy's process tree, so on the proxy's core too.
+        recorder = subprocess.Popen(pinned([PYTHON, "manage.py", "recorder"], PROXY_CORE), cwd=ROOT, env=env)
+        shadow_process = subprocess.Popen(pinned([PYTHON, "manage.py", "shadow"], PROXY_CORE), cwd=ROOT, env=env)
         base = f"http://{HOST}:{proxy_port}"
+        calls_base = f"http://{HOST}:{extender_port}" if PROXY_PORT_KIND == "extender" else base
         wait_http(f"{base}/healthz", proxy, "extproxy")
+        wait_shadow_process(tmp / "spool", shadow_process)
         log(f"shadow bench: {CALLS} calls per backend and concurrency, {ROUNDS} alternating rounds")
-        latencies = asyncio.run(measure(base, body))
-        report(latencies, asyncio.run(shadow_metrics(base)))
+        latencies, catch_up = asyncio.run(measure(calls_base, base, body))
+        report(latencies, asyncio.run(shadow_metrics(base)), catch_up, (load_start, os.getloadavg()))
     except (Broken, OSError, aiohttp.ClientError) as exc:
         print(f"shadow bench: broken: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = 1
     finally:
+        stop(shadow_process, "shadow process")
+        stop(recorder, "recorder")
         stop(proxy, "extproxy")
         stop(slow, "slow shadow")
         stop(ref, "reference backend")

@@ -134,6 +134,7 @@ class Shadower:
         self._slots = asyncio.Semaphore(max(1, concurrency))
         self._steps: deque[_Step] = deque()
         self._saved = 0.0
+        self._dirty = False  # applied since the last save
 
     # reading ------------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event, until_idle: bool = False) -> None:
@@ -149,7 +150,8 @@ class Shadower:
             if not items:
                 if until_idle and not self._steps:
                     break
-                if time.monotonic() - self._saved >= SAVE_EVERY:
+                # Caught up: show the figures now; otherwise a heartbeat every SAVE_EVERY.
+                if (self._dirty and not self._steps) or time.monotonic() - self._saved >= SAVE_EVERY:
                     self._save()
                 try:
                     await asyncio.wait_for(stop.wait(), 0.05)
@@ -235,6 +237,7 @@ class Shadower:
             if step.lag is not None:
                 self.state.lag_seconds = step.lag
             self._committed[step.item.writer] = step.item.position
+            self._dirty = True
 
     def _apply(self, outcome: Outcome) -> None:
         stats = self.state.stats(outcome.shadow, outcome.primary)
@@ -256,7 +259,7 @@ class Shadower:
         })
 
     def _save(self) -> None:
-        self._saved = time.monotonic()
+        self._saved, self._dirty = time.monotonic(), False
         saved = ShadowState(dict(self._committed), self.state.shadows, self.state.skipped, self.state.lag_seconds)
         try:
             save_state(self.root, saved)
