@@ -23,6 +23,7 @@ from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from . import offload  # noqa: E402
 from .config import ConfigError  # noqa: E402
 from .engine import get_engine  # noqa: E402
+from .replay.worker import get_worker  # noqa: E402
 from .views import PREFIX, extender_app, refusal, respond  # noqa: E402
 
 from django.conf import settings  # noqa: E402
@@ -62,6 +63,7 @@ async def lifespan_app(scope, receive, send):
         if message["type"] == "lifespan.startup":
             dashboard_background.start()
             get_engine().recorder.start()  # spool-writer thread, live-event listener
+            get_worker().start_watching()  # replay runs: heartbeat, and recovery of a dead process's
             try:
                 listener = await _start_extender_listener()
             except (OSError, ValueError) as exc:  # a taken port, a bad certificate or allowlist
@@ -70,6 +72,7 @@ async def lifespan_app(scope, receive, send):
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             dashboard_background.stop()
+            get_worker().stop_watching()
             if listener is not None:
                 await listener.close()  # no new connections; calls in flight are answered first
             engine = get_engine()

@@ -332,6 +332,9 @@ class ReplayRun(models.Model):
     skipped = models.IntegerField(default=0)  # binds (not replayed unless asked)
     counts = models.JSONField(default=dict)  # kind of change -> number of calls
     error = models.TextField(blank=True, default="")
+    # The process holding the run (queued or running) and its last sign of life (replay/worker.py).
+    owner = models.CharField(max_length=64, blank=True, default="")
+    heartbeat_at = models.DateTimeField(null=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -307,3 +307,6 @@ EXTPROXY_SHUTDOWN_FLUSH_SECONDS = float(os.environ.get("EXTPROXY_SHUTDOWN_FLUSH_
 EXTPROXY_RECORDER_NICE = envint("EXTPROXY_RECORDER_NICE", 10)
 # The shadow process (manage.py shadow): niceness increment; it also asks for SCHED_IDLE.
 EXTPROXY_SHADOW_NICE = envint("EXTPROXY_SHADOW_NICE", 10)
+# A queued or running replay run whose process shows no sign of life this long is taken up by
+# another process (queued) or marked failed (running): replay/worker.py.
+EXTPROXY_REPLAY_STALE_SECONDS = float(os.environ.get("EXTPROXY_REPLAY_STALE_SECONDS") or 60)

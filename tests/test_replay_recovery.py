@@ -1,0 +1,67 @@
+"""Replay runs outlive the process that held them: after the serving process is killed, a new
+one marks the run that was running failed (with how far it got) and carries out the one that was
+waiting, with the real serving and recorder processes and a real backend on loopback."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from tests.conftest import fixture_bytes, pass_all
+from tests.processes import ROOT, Installation
+from tests.test_replay import NAMES
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def wait_run(session: requests.Session, inst: Installation, run: int, what, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = session.get(f"{inst.url}/api/replays/{run}/", timeout=10).json()
+        except requests.ConnectionError:
+            got = {}
+        if got and what(got):
+            return got
+        assert time.monotonic() < deadline, f"run {run}: {got}\n{inst.serving.output() if inst.serving else ''}"
+        time.sleep(0.1)
+
+
+def test_a_dead_processs_running_run_is_failed_and_its_waiting_run_taken_up(tmp_path, backend_server):
+    backend = backend_server({"filter": pass_all})
+    inst = Installation(tmp_path, f"backends:\n- name: gpu\n  urlPrefix: {backend.url}/scheduler\n  filterVerb: filter\n"
+                                  "  nodeCacheCapable: true\n", EXTPROXY_REPLAY_STALE_SECONDS="2")
+    try:
+        inst.manage("migrate", "--noinput", "-v", "0")
+        inst.manage("bootstrap")
+        token = subprocess.run([sys.executable, "manage.py", "token", "admin"], cwd=ROOT, env=inst.env, check=True,
+                               capture_output=True, text=True).stdout.strip().split()[-1]
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {token}"
+        inst.start_recorder("--nice", "0")
+        inst.start_serving()
+        for _ in range(4):
+            assert requests.post(f"{inst.url}/extender/gpu/filter", data=fixture_bytes(NAMES), timeout=10).status_code == 200
+        inst.wait_drained()
+        every = {"filters": {"backend": "gpu", "verb": "filter"}}
+        running = session.post(f"{inst.url}/api/replays/", json={**every, "rate": 0.2}, timeout=10).json()["id"]
+        waiting = session.post(f"{inst.url}/api/replays/", json={**every, "rate": 100}, timeout=10).json()["id"]
+        wait_run(session, inst, running, lambda r: r["status"] == "running" and r["done"] >= 1)
+        assert wait_run(session, inst, waiting, lambda r: True)["status"] == "queued"
+
+        inst.serving.signal(signal.SIGKILL)  # the runs' process ends without a word
+        inst.serving.wait(10)
+        inst.start_serving()
+
+        failed = wait_run(session, inst, running, lambda r: r["status"] != "running")
+        done = wait_run(session, inst, waiting, lambda r: r["status"] not in ("queued", "running"))
+    finally:
+        inst.close()
+
+    assert failed["status"] == "failed" and "stopped after" in failed["error"] and "of 4 calls" in failed["error"]
+    assert 1 <= failed["done"] < 4
+    assert (done["status"], done["total"], done["done"], done["errors"]) == ("done", 4, 4, 0)
