@@ -83,6 +83,18 @@ class Database:
         else:
             self.env["EXTPROXY_SQLITE_PATH"] = str(tmp / f"{self.name}.sqlite3")
 
+    def count_calls(self) -> int:
+        """Rows in extproxy_call, read from the database itself (not from the recorder's counters)."""
+        if self.kind == "postgres":
+            import psycopg
+
+            with psycopg.connect(self.env["DATABASE_URL"]) as conn:
+                return conn.execute("SELECT count(*) FROM extproxy_call").fetchone()[0]
+        import sqlite3
+
+        with sqlite3.connect(self.env["EXTPROXY_SQLITE_PATH"]) as conn:
+            return conn.execute("SELECT count(*) FROM extproxy_call").fetchone()[0]
+
     def drop(self) -> None:
         if self.kind == "postgres":
             import psycopg
@@ -155,9 +167,20 @@ async def metrics(session: aiohttp.ClientSession, base: str) -> dict[str, float]
     return values
 
 
-async def sustained_load(base: str, requests: list[bytes], seconds: float) -> dict:
+def rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+async def sustained_load(base: str, requests: list[bytes], seconds: float, pids: dict[str, int]) -> dict:
     answered = failed = 0
     samples: list[dict[str, float]] = []
+    rss: dict[str, list[int]] = {name: [] for name in pids}
     deadline = time.monotonic() + seconds
     url = f"{base}/extender/ref-names/filter"
 
@@ -177,6 +200,8 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float) -> di
         while time.monotonic() < deadline:
             await asyncio.sleep(1.0)
             samples.append(await metrics(session, base))
+            for name, pid in pids.items():
+                rss[name].append(rss_kib(pid))
 
     connector = aiohttp.TCPConnector(limit=CONCURRENCY + 2)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -200,7 +225,7 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float) -> di
         "written": now.get("extproxy_recorder_written_total", 0), "tail_s": tail_s,
         "max_depth": max((s.get("extproxy_spool_depth", 0) for s in samples), default=0),
         "max_age": max((s.get("extproxy_spool_oldest_age_seconds", 0) for s in samples), default=0),
-        "dropped": dropped, "raw": now.get("extproxy_recorder_raw_total", 0),
+        "dropped": dropped, "raw": now.get("extproxy_recorder_raw_total", 0), "rss": rss,
     }
 
 
@@ -218,8 +243,9 @@ def sustained(kind: str, requests: list[bytes], ref_port: int, pin: bool) -> dic
         recorder = subprocess.Popen([*taskset, PYTHON, "manage.py", "recorder"], cwd=ROOT, env=env)  # nice 10: the default
         base = f"http://{HOST}:{port}"
         wait_http(f"{base}/healthz", serving, "extproxy")
-        result = asyncio.run(sustained_load(base, requests, SECONDS))
+        result = asyncio.run(sustained_load(base, requests, SECONDS, {"serving": serving.pid, "recorder": recorder.pid}))
         result["recorded_rate"] = result["written"] / (result["load_s"] + result["tail_s"])
+        result["rows"] = db.count_calls()
         return result
     finally:
         stop(serving, "extproxy")
@@ -232,7 +258,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--pin", action="store_true", help="extproxy, the recorder and this client on CPU 0; backend on CPU 1")
+    parser.add_argument("--sustained-only", action="store_true", help="skip the drain-alone measurement")
+    parser.add_argument("--seconds", type=float, default=None, help="sustained load duration (BENCH_RECORDING_SECONDS)")
     args = parser.parse_args()
+    global SECONDS
+    SECONDS = args.seconds or SECONDS
     kinds = ["sqlite", "postgres"] if args.db == "both" else [args.db]
     if args.pin:
         os.sched_setaffinity(0, {0})
@@ -243,10 +273,12 @@ def main() -> int:
     try:
         wait_http(f"http://{HOST}:{ref_port}/", ref, "reference backend")
         for kind in kinds:
-            log(f"{kind}: draining {CALLS} pre-spooled calls alone")
-            alone = drain_alone(kind, requests, ref_port)
-            log(f"{kind}: drain alone {alone['rate']:.0f} calls/s ({alone['calls']} calls in "
-                f"{alone['run_s'] - alone['startup_s']:.1f} s after a {alone['startup_s']:.1f} s start-up)")
+            if not args.sustained_only:
+                log(f"{kind}: draining {CALLS} pre-spooled calls alone")
+                alone = drain_alone(kind, requests, ref_port)
+                log(f"{kind}: drain alone {alone['rate']:.0f} calls/s ({alone['calls']} calls in "
+                    f"{alone['run_s'] - alone['startup_s']:.1f} s after a {alone['startup_s']:.1f} s start-up)")
+            log(f"{kind}: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             log(f"{kind}: names N=100 c={CONCURRENCY} for {SECONDS:.0f} s through extproxy + recorder"
                 f"{' (pinned)' if args.pin else ''}")
             r = sustained(kind, requests, ref_port, args.pin)
@@ -255,7 +287,14 @@ def main() -> int:
                 f"({r['written_during_load'] / r['load_s']:.0f}/s); all {r['written']:.0f} written "
                 f"{r['tail_s']:.1f} s after the load ({r['recorded_rate']:.0f}/s overall); spool depth max "
                 f"{r['max_depth']:.0f}, oldest age max {r['max_age']:.1f} s; dropped {r['dropped'] or 0}; raw {r['raw']:.0f}")
-            missing = r["answered"] - r["written"] - sum(r["dropped"].values())
+            for name, series in r["rss"].items():
+                if series:
+                    tenth = max(1, len(series) // 10)
+                    log(f"{kind}: RSS {name} MiB: first 10% mean {sum(series[:tenth]) / tenth / 1024:.1f}, last 10% mean "
+                        f"{sum(series[-tenth:]) / tenth / 1024:.1f}, max {max(series) / 1024:.1f}")
+            log(f"{kind}: rows in extproxy_call {r['rows']} (answered {r['answered']}); load average "
+                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            missing = r["answered"] - r["rows"] - sum(r["dropped"].values())
             if missing:
                 log(f"{kind}: {missing:.0f} answered calls neither written nor counted as dropped")
                 return 1

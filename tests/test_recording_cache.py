@@ -88,3 +88,54 @@ def test_redaction_marks_name_each_change_and_nothing_else():
     assert bodyformat.redaction_marks(before, after) == [".a.b[1].c redacted", "['odd-key'] redacted", ".gone removed"]
     assert bodyformat.redaction_marks(before, json.loads(json.dumps(before))) == []
     assert bodyformat.redaction_marks({"l": [1, 2]}, {"l": [1]}) == [".l redacted"]
+
+
+def test_a_verdict_is_remembered_only_for_the_same_backend_status_reply_and_nodes():
+    from extproxy.recording.verdicts import VerdictMemo
+    from extproxy.semantics import Decision, Outcome, Result, Verdict
+
+    computed: list[int] = []
+
+    def compute(n: int):
+        def run():
+            computed.append(n)
+            return Verdict(outcome=Outcome.OK, error="", findings=[],
+                           decisions=[Decision(node=f"n{i}", backend="b", result=Result.PASSED) for i in range(n)])
+        return run
+
+    memo = VerdictMemo(max_decisions=64)
+    what = ("filter", "b", "http://b", "filter", True, 1)
+    first = memo.judge(what, 200, b"reply", ["n0", "n1"], compute(2))
+    assert memo.judge(what, 200, b"reply", ["n0", "n1"], compute(2)) is first
+    memo.judge(what, 200, b"reply", ["n0"], compute(1))  # other nodes
+    memo.judge(what, 500, b"reply", ["n0", "n1"], compute(2))  # other status
+    memo.judge(what, 200, b"other", ["n0", "n1"], compute(2))  # other reply
+    memo.judge(("filter", "c", "http://b", "filter", True, 1), 200, b"reply", ["n0", "n1"], compute(2))  # other backend
+    assert computed == [2, 1, 2, 2, 2]
+
+    for i in range(40):  # 3 decisions held each (2 + 1): the bound is 64
+        memo.judge(what, 200, b"r%d" % i, ["n0", "n1"], compute(2))
+        assert memo.held <= 64
+    computed.clear()
+    memo.judge(what, 200, b"reply", ["n0", "n1"], compute(2))  # long since evicted
+    memo.judge(what, 200, b"big", [], compute(10))  # more than a sixteenth of the bound: not kept
+    memo.judge(what, 200, b"big", [], compute(10))
+    assert computed == [2, 10, 10]
+
+
+def test_calls_judged_from_the_memo_are_stored_as_judged_afresh(transactional_db):
+    from extproxy.recording import rows
+    from extproxy.recording.attempts import AttemptTracker
+    from extproxy.recording.rows import build_or_raw
+    from tests.test_recorder import make_trace
+
+    def decisions_of(trace):
+        (call, _), raw = build_or_raw(trace, RedactionConfig(), AttemptTracker(), NodeDeduper(RedactionConfig()))
+        assert not raw
+        return call.decisions(), (call.passed_count, call.failed_count, call.unresolvable_count)
+
+    first = decisions_of(make_trace())
+    hits = rows.VERDICTS.hits
+    again = decisions_of(make_trace())
+    assert rows.VERDICTS.hits == hits + 1
+    assert again == first and first[1] != (0, 0, 0)

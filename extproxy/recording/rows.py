@@ -1,8 +1,8 @@
 """Turning one Trace into the rows that are stored: a Call and its BackendCalls.
 
 Owns reading the request (pod identity, node names), judging the reply the way the scheduler
-does (extproxy.semantics), redaction (through extproxy.redaction, via blobs.compact_body), the
-bounds on stored fields, and the raw record for a call whose record cannot be built (bodies as
+does (extproxy.semantics; remembered in verdicts.py), redaction (through extproxy.redaction,
+via blobs.compact_body), the bounds on stored fields, and the raw record for a call whose record cannot be built (bodies as
 received, finding `undecodable-request` or `undecodable-reply` with the reason).
 Returns unsaved model instances; must not write to the database (writer.py does).
 """
@@ -23,6 +23,7 @@ from ..redaction import redact_text
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compact_body, compress, raw_blob
 from .trace import Trace
+from .verdicts import VerdictMemo
 
 if TYPE_CHECKING:
     from ..models import BackendCall, Call
@@ -37,6 +38,7 @@ MAX_ERROR_TEXT = 16384  # characters of a call's error text
 NON_200_BODY_BYTES = 4096  # of a non-200 reply, kept in the error text
 
 Built = tuple["Call", list["BackendCall"]]
+VERDICTS = VerdictMemo()  # filter and prioritize verdicts by what decides them (verdicts.py)
 
 
 class Undecodable(Exception):
@@ -96,10 +98,11 @@ def judge_reply(trace: Trace, ident: dict[str, Any]) -> semantics.Verdict | None
     backend = BackendConfig.as_recorded(
         trace.backend, trace.url, Verb(trace.verb), trace.verb_string, node_cache_capable=cache_capable, weight=trace.weight
     )
-    if trace.verb == "filter":
-        return semantics.judge_filter(backend, ident["nodes"], trace.status, trace.response_body)
-    if trace.verb == "prioritize":
-        return semantics.judge_prioritize(backend, ident["nodes"], trace.status, trace.response_body)
+    if trace.verb in ("filter", "prioritize"):
+        judge_verb = semantics.judge_filter if trace.verb == "filter" else semantics.judge_prioritize
+        what = (trace.verb, trace.backend, trace.url, trace.verb_string, cache_capable, trace.weight)
+        return VERDICTS.judge(what, trace.status, trace.response_body, ident["nodes"],
+                              lambda: judge_verb(backend, ident["nodes"], trace.status, trace.response_body))
     if trace.verb == "bind":
         return semantics.judge_bind(backend, trace.status, trace.response_body)
     return semantics.judge_preempt(backend, ident.get("victims", {}), trace.status, trace.response_body)
