@@ -305,6 +305,8 @@ EXTPROXY_SPOOL_WRITER = os.environ.get("EXTPROXY_SPOOL_WRITER") or "serve"
 EXTPROXY_HANDOFF_BYTES = envint("EXTPROXY_HANDOFF_BYTES", 256 << 20)
 EXTPROXY_SHUTDOWN_FLUSH_SECONDS = float(os.environ.get("EXTPROXY_SHUTDOWN_FLUSH_SECONDS") or 5.0)
 EXTPROXY_RECORDER_NICE = envint("EXTPROXY_RECORDER_NICE", 10)
+# The recorder process under SCHED_IDLE (runs only when its core is otherwise idle); 0 = off.
+EXTPROXY_RECORDER_SCHED_IDLE = envint("EXTPROXY_RECORDER_SCHED_IDLE", 1) != 0
 # The shadow process (manage.py shadow): niceness increment; it also asks for SCHED_IDLE.
 EXTPROXY_SHADOW_NICE = envint("EXTPROXY_SHADOW_NICE", 10)
 # A queued or running replay run whose process shows no sign of life this long is taken up by

@@ -1,8 +1,11 @@
 """`manage.py recorder`: the recorder process. Drains the spool into the database.
 
 Runs beside the serving process (started by `make run`, and as a second container of the
-Deployment's pod sharing the spool volume), at a lower OS priority (EXTPROXY_RECORDER_NICE) so
-decoding, judging, compressing and writing never take CPU the scheduler's calls need.
+Deployment's pod sharing the spool volume), at a lower OS priority so decoding, judging,
+compressing and writing never take CPU the scheduler's calls need: SCHED_IDLE by default
+(EXTPROXY_RECORDER_SCHED_IDLE; it runs only when the core has nothing else to run, where a
+niced process still gets time slices that delay the serving process's wake-ups), and the
+niceness increment EXTPROXY_RECORDER_NICE (what counts when SCHED_IDLE is off or refused).
 SIGTERM/SIGINT: it keeps draining until the spool is empty or `--stop-drain-seconds` (default
 20, inside Kubernetes' 30 s grace period) have passed, then exits; a second signal ends it at
 once. A batch the database did not take stays in the spool either way (drained on the next
@@ -10,6 +13,7 @@ start, stored once by call_id). `--until-idle` drains what is there and exits.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -33,14 +37,20 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--until-idle", action="store_true", help="exit once the spool is drained")
         parser.add_argument("--nice", type=int, default=None, help="niceness increment (default EXTPROXY_RECORDER_NICE)")
+        parser.add_argument("--sched-idle", action=argparse.BooleanOptionalAction, default=None,
+                            help="run under SCHED_IDLE (default EXTPROXY_RECORDER_SCHED_IDLE)")
         parser.add_argument("--exit-with-parent", action="store_true", help="drain and exit when the parent process ends")
         parser.add_argument("--stop-drain-seconds", type=float, default=20.0,
                             help="after SIGTERM, keep draining this long at most while the spool has records")
 
     def handle(self, *args, **options):
+        # Before any thread starts: threads inherit the policy of the thread that creates them.
         increment = settings.EXTPROXY_RECORDER_NICE if options["nice"] is None else options["nice"]
         if increment:
             os.nice(increment)
+        idle = settings.EXTPROXY_RECORDER_SCHED_IDLE if options["sched_idle"] is None else options["sched_idle"]
+        if idle:
+            sched_idle()
         config = load_config(settings.EXTPROXY_CONFIG or None)
         root = Path(settings.EXTPROXY_SPOOL_DIR)
         stop = threading.Event()
@@ -64,13 +74,35 @@ class Command(BaseCommand):
             signal.signal(sig, finish)
         if options["exit_with_parent"]:
             _watch_parent(finish, stop)
-        log.info("recorder: draining %s (pid %d, nice %d)", root, os.getpid(), os.nice(0))
+        log.info("recorder: draining %s (pid %d, nice %d, %s)", root, os.getpid(), os.nice(0),
+                 "SCHED_IDLE" if _policy() == getattr(os, "SCHED_IDLE", None) else "SCHED_OTHER")
         try:
             drainer.until_idle = options["until_idle"]
             drainer.run()
         finally:
             drainer.close()
         log.info("recorder: stopped; %d calls written", drainer.counters.written)
+
+
+def sched_idle() -> bool:
+    """This process (its calling thread, and every thread it starts later) under SCHED_IDLE.
+
+    Lowering the policy needs no privilege on Linux; where it is refused or unknown the
+    recorder runs on at its niceness, with a warning.
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError) as exc:
+        log.warning("recorder: SCHED_IDLE not applied (%s); running at nice %d", exc, os.nice(0))
+        return False
+    return True
+
+
+def _policy() -> int | None:
+    try:
+        return os.sched_getscheduler(0)
+    except (AttributeError, OSError):
+        return None
 
 
 def _watch_parent(finish, stop: threading.Event) -> None:

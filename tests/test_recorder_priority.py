@@ -1,0 +1,70 @@
+"""The recorder process runs under SCHED_IDLE by default (every thread of it), and the setting
+or `--no-sched-idle` turns that off, leaving its niceness. Real `manage.py recorder` processes;
+the policy is read from the kernel for each of their threads.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.processes import Installation
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is a Linux policy"),
+]
+
+CONFIG = "backends:\n- name: gpu\n  urlPrefix: http://127.0.0.1:9/scheduler\n  filterVerb: filter\n"
+
+
+def draining(inst: Installation) -> tuple[int, list[int]]:
+    """The recorder's pid and thread ids, once it logged that it drains (all its threads started)."""
+    assert inst.recorder is not None
+    deadline = time.monotonic() + 60
+    while "recorder: draining" not in inst.recorder.output():
+        assert inst.recorder.process.poll() is None, inst.recorder.output()
+        assert time.monotonic() < deadline, inst.recorder.output()
+        time.sleep(0.05)
+    pid = inst.recorder.process.pid
+    return pid, sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+
+
+def niceness(tid: int) -> int:
+    return int(Path(f"/proc/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.fixture
+def installation(tmp_path):
+    made: list[Installation] = []
+
+    def make(**env: str) -> Installation:
+        inst = Installation(tmp_path / f"i{len(made)}", CONFIG, **env)
+        made.append(inst)
+        inst.manage("migrate", "--noinput", "-v", "0")
+        return inst
+
+    yield make
+    for inst in made:
+        inst.close()
+
+
+def test_the_recorder_runs_under_sched_idle_by_default(installation):
+    inst = installation()
+    inst.start_recorder("--exit-with-parent")  # a second thread: it watches the parent process
+    pid, threads = draining(inst)
+    assert len(threads) == 2  # the policy reaches the threads started after it was set
+    assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_IDLE}
+    assert "SCHED_IDLE" in inst.recorder.output()
+
+
+@pytest.mark.parametrize("how", ["setting", "option"])
+def test_sched_idle_can_be_turned_off_and_the_niceness_stays(installation, how):
+    inst = installation(EXTPROXY_RECORDER_SCHED_IDLE="0") if how == "setting" else installation()
+    inst.start_recorder("--nice", "7", "--exit-with-parent", *(["--no-sched-idle"] if how == "option" else []))
+    pid, threads = draining(inst)
+    assert len(threads) == 2
+    assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_OTHER}
+    assert {niceness(tid) for tid in threads} == {os.getpriority(os.PRIO_PROCESS, 0) + 7}
