@@ -162,3 +162,41 @@ def test_it_reports_depth_bytes_and_the_oldest_age(tmp_path):
     reader.commit()
     assert spool_status(tmp_path / "spool").depth == 0 and spool_status(tmp_path / "spool").bytes == 0
     writer.close()
+
+
+def test_its_frames_carry_zlibs_crc32_whichever_implementation_computed_it(tmp_path):
+    # The on-disk format is the same with or without the faster CRC library.
+    import struct
+    import zlib
+
+    writer = SpoolWriter(settings(tmp_path))
+    payload = os.urandom(300_000)
+    writer.append([payload])
+    data = (writer.directory / segment_name(1)).read_bytes()
+    magic, length, crc, seq, at = HEADER.unpack(data[: HEADER.size])
+    assert (magic, length, seq, data[HEADER.size:]) == (b"XPS1", len(payload), 1, payload)
+    assert crc == zlib.crc32(payload, zlib.crc32(struct.pack("<Qd", seq, at)))
+    writer.close()
+
+
+def test_it_writes_many_records_in_order_past_the_writev_bound_and_after_short_writes(tmp_path, monkeypatch):
+    from extproxy.recording import spool
+
+    real = os.writev
+    shortened = []
+
+    def short_writev(fd, buffers):  # the kernel may take less than asked (a signal, a full disk)
+        if len(shortened) < 3:
+            data = b"".join(buffers)
+            shortened.append(len(buffers))
+            return os.write(fd, data[: len(data) // 2 + 1])
+        return real(fd, buffers)
+
+    monkeypatch.setattr(spool.os, "writev", short_writev)
+    writer = SpoolWriter(settings(tmp_path))
+    records = [f"record-{i}".encode() * (i % 7) for i in range(spool.IOV_MAX + 300)]  # empty ones too
+    assert all(writer.append(records))
+    writer.append([b"last"])
+    assert shortened == [spool.IOV_MAX] * 3  # a header and a payload per record, IOV_MAX per call
+    assert read_all(SpoolReader(tmp_path / "spool")) == records + [b"last"]
+    writer.close()

@@ -38,10 +38,14 @@ import logging
 import os
 import struct
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+try:  # ISA-L's CRC-32 is zlib's checksum (same values), ~3.5x faster on large records (PCLMUL)
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - isal is in requirements.txt; zlib gives the same values
+    from zlib import crc32
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +81,13 @@ class SpoolSettings:
         )
 
 
-def frame(seq: int, payload: bytes, at: float) -> bytes:
-    crc = zlib.crc32(payload, zlib.crc32(struct.pack("<Qd", seq, at)))
-    return HEADER.pack(MAGIC, len(payload), crc, seq, at) + payload
+def frame_head(seq: int, payload: bytes, at: float) -> bytes:
+    """The header of the frame that carries `payload` (written before it, never joined to it)."""
+    return HEADER.pack(MAGIC, len(payload), _crc(seq, at, payload), seq, at)
+
+
+def _crc(seq: int, at: float, payload: bytes) -> int:
+    return crc32(payload, crc32(struct.pack("<Qd", seq, at)))
 
 
 def segment_name(first_seq: int) -> str:
@@ -113,7 +121,7 @@ def read_frame(f, offset: int) -> Frame | None:
     if magic != MAGIC or length > MAX_PAYLOAD:
         return None
     payload = f.read(length)
-    if len(payload) < length or zlib.crc32(payload, zlib.crc32(struct.pack("<Qd", seq, at))) != crc:
+    if len(payload) < length or _crc(seq, at, payload) != crc:
         return None
     return Frame(seq, at, payload, offset + HEADER.size + length)
 
@@ -237,11 +245,16 @@ class SpoolWriter:
         return self.directory.name
 
     def append(self, payloads: list[bytes]) -> list[bool]:
-        """Append records in one write; False for each that did not fit under the bound."""
+        """Append records in one gathered write; False for each that did not fit under the bound.
+
+        The payloads are not copied: each header and payload goes to the kernel as it is
+        (writev), because a full-object call's record is megabytes and this runs beside the
+        serving loop.
+        """
         now = time.time()
         self._refresh_disk(force=False)
         accepted: list[bool] = []
-        chunks: list[bytes] = []
+        buffers: list[bytes] = []
         first = self.seq + 1
         size = 0
         for payload in payloads:
@@ -252,21 +265,20 @@ class SpoolWriter:
                     accepted.append(False)
                     continue
             self.seq += 1
-            chunks.append(frame(self.seq, payload, now))
+            buffers += (frame_head(self.seq, payload, now), payload)
             size += need
             accepted.append(True)
-        if chunks:
-            self._write(b"".join(chunks), first)
+        if buffers:
+            self._write(buffers, size, first)
             self._disk += size
         return accepted
 
-    def _write(self, data: bytes, first_seq: int) -> None:
+    def _write(self, buffers: list[bytes], size: int, first_seq: int) -> None:
         if self._file is None or self._segment_size >= self.settings.segment_bytes:
             self._rotate(first_seq)
         assert self._file is not None
-        self._file.write(data)
-        self._file.flush()  # into the kernel now: a SIGKILL after this loses nothing
-        self._segment_size += len(data)
+        write_all(self._file.fileno(), buffers)  # into the kernel now: a SIGKILL after this loses nothing
+        self._segment_size += size
         self._dirty = True
         self.maybe_sync()
 
@@ -307,6 +319,27 @@ class SpoolWriter:
             self._file.close()
             self._file = None
         os.close(self._lock_fd)
+
+
+IOV_MAX = 1024  # buffers per writev (Linux's UIO_MAXIOV)
+
+
+def write_all(fd: int, buffers: list[bytes]) -> None:
+    """Write every buffer, in order, with as few writev calls as the kernel allows."""
+    i = 0
+    while i < len(buffers):
+        group = buffers[i : i + IOV_MAX]
+        written = os.writev(fd, group)
+        for buf in group:  # a short write (a full disk, a signal): go on where it stopped
+            if written >= len(buf):
+                written -= len(buf)
+                i += 1
+                continue
+            rest = memoryview(buf)[written:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+            i += 1
+            break
 
 
 def _fsync_dir(directory: Path) -> None:
