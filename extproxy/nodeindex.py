@@ -44,6 +44,12 @@ def digest_of(pairs: list[tuple[str, str]]) -> str:
     return hashlib.sha256(msgspec.json.encode(pairs)).hexdigest()
 
 
+def pairs_and_digest(decisions: Sequence[Decision], nodes: Iterable[str]) -> tuple[list[tuple[str, str]], str | None]:
+    """What `NodeSets.assign` reads from a call (`call._node_pairs`); digest None: no pairs."""
+    pairs = pairs_for(decisions, nodes)
+    return pairs, (digest_of(pairs) if pairs else None)
+
+
 class NodeSets:
     """Gives each call of a batch its NodeSet, storing the sets not stored yet."""
 
@@ -52,7 +58,7 @@ class NodeSets:
         self._cache_size = cache_size
 
     def assign(self, calls: Iterable) -> None:
-        """Set `node_set_id` on each call from its `_node_index` (decisions, request nodes)."""
+        """Set `node_set_id` on each call from its `_node_pairs` (pairs_and_digest)."""
         from django.conf import settings
 
         if not settings.EXTPROXY_NODE_INDEX:
@@ -61,8 +67,7 @@ class NodeSets:
         wanted: dict[str, list[tuple[str, str]]] = {}
         per_call = []
         for call in calls:
-            pairs = pairs_for(*getattr(call, "_node_index", ((), ())))
-            digest = digest_of(pairs) if pairs else None
+            pairs, digest = getattr(call, "_node_pairs", None) or ([], None)
             if digest is not None and digest not in wanted:
                 wanted[digest] = pairs
             per_call.append((call, digest))

@@ -139,3 +139,26 @@ def test_calls_judged_from_the_memo_are_stored_as_judged_afresh(transactional_db
     again = decisions_of(make_trace())
     assert rows.VERDICTS.hits == hits + 1
     assert again == first and first[1] != (0, 0, 0)
+
+
+def test_a_remembered_reply_that_carries_node_objects_still_marks_them_used(transactional_db):
+    """Retention keeps a Node object while calls refer to it (the writer refreshes what a
+    batch used), so a reply's stored form that refers to Nodes is made again for every call."""
+    from extproxy.recording.attempts import AttemptTracker
+    from extproxy.recording.rows import build_or_raw
+    from tests.test_recorder import make_trace
+
+    def trace():
+        # Node objects in the reply only (a names-mode request), so only the reply marks them used
+        return make_trace(body=fixture_bytes("filter-request.nodecache-true.json"),
+                          response=fixture_bytes("filter-result.nodecache-false.json"), node_cache_capable=False)
+
+    rules = RedactionConfig()
+    nodes = NodeDeduper(rules)
+    (first, _), _ = build_or_raw(trace(), rules, AttemptTracker(), nodes)
+    _, used_first = nodes.take_batch()
+    (again, _), _ = build_or_raw(trace(), rules, AttemptTracker(), nodes)
+    _, used_again = nodes.take_batch()
+    assert used_first and used_again == used_first
+    assert (again.response_body, again.decisions_blob) == (first.response_body, first.decisions_blob)
+    assert again._node_pairs == first._node_pairs and first._node_pairs[1]

@@ -107,6 +107,7 @@ class NodeDeduper:
         self.rules = rules
         self.batch: dict[str, tuple[str, bytes]] = {}  # canonical sha -> (name, json)
         self.used: set[str] = set()  # every canonical sha the batch referred to
+        self.refs = 0  # Node references handed out, ever (a caller can tell a body referred to none)
         self._canonical: OrderedDict[bytes, tuple[str, str]] = OrderedDict()  # raw digest -> (sha, name)
         self._exact: OrderedDict[bytes, tuple[str, tuple[str, ...]]] = OrderedDict()  # raw digest -> (key, marks)
         self._cache_size = cache_size
@@ -116,6 +117,7 @@ class NodeDeduper:
         )
 
     def add(self, raw: bytes) -> str:
+        self.refs += 1
         digest = hashlib.sha256(raw).digest()
         known = self._canonical.get(digest)
         if known is not None:
@@ -140,6 +142,7 @@ class NodeDeduper:
         be restored byte for byte; one that needs redaction is kept redacted, and the changes
         are returned as marks. A Node seen before byte for byte costs one SHA-256: what it
         was kept as, and its marks, are remembered (bounded, like the canonical cache)."""
+        self.refs += 1
         digest = hashlib.sha256(raw).digest()
         known = self._exact.get(digest)
         if known is not None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .. import protocol, semantics
+from .. import nodeindex, protocol, semantics
 from ..config import BackendConfig, RedactionConfig
 from ..protocol import Verb
 from ..semantics import Decision, Outcome, Result
@@ -38,6 +38,7 @@ MAX_ERROR_TEXT = 16384  # characters of a call's error text
 NON_200_BODY_BYTES = 4096  # of a non-200 reply, kept in the error text
 
 Built = tuple["Call", list["BackendCall"]]
+REMEMBER_BYTES = 8192  # a stored blob larger than this is made again for each call
 VERDICTS = VerdictMemo()  # filter and prioritize verdicts by what decides them (verdicts.py)
 
 
@@ -161,13 +162,18 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         stage.kind = "undecodable-reply"
         verdict = judge_reply(trace, ident)
         outcome, error, findings, decisions = _outcome(trace, verdict)
-        response_blob = compress(compact_body(trace.response_body, rules, nodes))
+        extras = VERDICTS.extras(verdict)  # same verdict: same reply bytes, node names, backend
+        response_blob = _remembered(extras, ("reply", rules), nodes,
+                                    lambda: compress(compact_body(trace.response_body, rules, nodes)))
         children = []
         for child in trace.backend_calls:
             kid, c_decisions = _backend_call(child, rules, nodes, stage)
             decisions = decisions + c_decisions
             children.append(kid)
-        decisions_blob = compress(msgspec.json.encode(decisions))
+        if verdict is None or decisions is not verdict.decisions:
+            extras = None  # the call's decisions are not (only) the verdict's
+        decisions_blob = _remembered(extras, "decisions", nodes, lambda: compress(msgspec.json.encode(decisions)))
+        node_pairs = _remembered(extras, "pairs", nodes, lambda: nodeindex.pairs_and_digest(decisions, ident["nodes"]))
     except Exception as exc:  # anything unreadable: the caller stores the raw record
         raise Undecodable(stage.kind, exc) from exc
     if "request_error" in ident:
@@ -197,8 +203,20 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         response_status=trace.answered_status,
         decisions_blob=decisions_blob,
     )
-    call._node_index = (decisions, ident["nodes"])  # for nodeindex, written with the call
+    call._node_pairs = node_pairs  # for nodeindex, written with the call
     return call, children
+
+
+def _remembered(extras: dict | None, key: Any, nodes: NodeDeduper, make: Any) -> Any:
+    """make(), kept in a held verdict's extras when it is small and refers to no Node object
+    (those must be marked used by every call that refers to them)."""
+    if extras is not None and key in extras:
+        return extras[key]
+    refs = nodes.refs
+    value = make()
+    if extras is not None and nodes.refs == refs and (not isinstance(value, bytes) or len(value) <= REMEMBER_BYTES):
+        extras[key] = value
+    return value
 
 
 def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stage: _Stage) -> tuple["BackendCall", list[Decision]]:

@@ -24,6 +24,7 @@ MAX_DECISIONS = 200_000  # decisions held across all remembered verdicts (~40 MB
 class VerdictMemo:
     def __init__(self, max_decisions: int = MAX_DECISIONS) -> None:
         self._verdicts: OrderedDict[bytes, semantics.Verdict] = OrderedDict()
+        self._extras: dict[int, dict] = {}  # id(held verdict) -> what callers derived from it
         self._max = max_decisions
         self.held = 0  # decisions held
         self.hits = self.misses = 0
@@ -46,7 +47,16 @@ class VerdictMemo:
         size = len(verdict.decisions) + 1
         if size <= self._max // 16:
             self._verdicts[key] = verdict
+            self._extras[id(verdict)] = {}
             self.held += size
             while self.held > self._max:
-                self.held -= len(self._verdicts.popitem(last=False)[1].decisions) + 1
+                old = self._verdicts.popitem(last=False)[1]
+                self._extras.pop(id(old), None)
+                self.held -= len(old.decisions) + 1
         return verdict
+
+    def extras(self, verdict: semantics.Verdict | None) -> dict | None:
+        """A place to keep what is derived from a held verdict and its inputs alone (the stored
+        decisions, the reply's stored form under given rules), dropped with it; None when
+        `verdict` is not held. Values kept there must be small (callers bound them)."""
+        return None if verdict is None else self._extras.get(id(verdict))
