@@ -33,7 +33,7 @@ class DropCounter:
         self.counts: dict[str, int] = {}
         self.gap_records = 0  # gap records this process appended to the spool
         self._logged: dict[str, float] = {}
-        self._pending: dict[str, Drops] = {}  # not yet in a gap record
+        self._pending: dict[str, list] = {}  # reason -> [calls, first, last drop]: not yet in a gap record
         self._lock = threading.Lock()  # add() runs on the event loop and in the spool-writer thread
         self._written = float("-inf")  # monotonic time of the last gap record
 
@@ -41,13 +41,13 @@ class DropCounter:
         now = time.time()
         with self._lock:
             self.counts[reason] = self.counts.get(reason, 0) + n
-            drops = self._pending.get(reason)
-            if drops is None:
-                self._pending[reason] = Drops(reason, n, now, now)
+            waiting = self._pending.get(reason)
+            if waiting is None:
+                self._pending[reason] = [n, now, now]
             else:
-                drops.calls += n
-                drops.last_at = now
-        mono = time.monotonic()
+                waiting[0] += n
+                waiting[2] = now
+        mono = time.monotonic()  # the wall clock may step back; the log's pace must not
         if mono - self._logged.get(reason, 0.0) >= 1.0:
             self._logged[reason] = mono
             log.warning("recorder: call not recorded (%s); %d dropped for this reason so far", reason, self.counts[reason])
@@ -56,21 +56,22 @@ class DropCounter:
     def pending(self) -> int:
         """Drops counted and not yet written down in the spool."""
         with self._lock:
-            return sum(d.calls for d in self._pending.values())
+            return sum(w[0] for w in self._pending.values())
 
     def _take(self) -> list[Drops]:
         with self._lock:
-            taken, self._pending = list(self._pending.values()), {}
-        return taken
+            taken, self._pending = self._pending, {}
+        return [Drops(reason, calls, first, last) for reason, (calls, first, last) in taken.items()]
 
     def _put_back(self, taken: list[Drops]) -> None:
         with self._lock:
             for drops in taken:
                 newer = self._pending.get(drops.reason)
-                if newer is not None:
-                    drops.calls += newer.calls
-                    drops.last_at = newer.last_at
-                self._pending[drops.reason] = drops
+                if newer is None:
+                    self._pending[drops.reason] = [drops.calls, drops.first_at, drops.last_at]
+                else:
+                    newer[0] += drops.calls
+                    newer[1] = drops.first_at
 
     def write_gap(self, writer: SpoolWriter, now_please: bool = False) -> bool:
         """Append the drops since the last gap record to the spool, if any and if GAP_EVERY has
