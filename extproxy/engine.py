@@ -92,13 +92,14 @@ class Engine:
         return answer
 
     async def _pass_on(self, exchange: Exchange, rest: AsyncGenerator[bytes, None], trace: Trace) -> AsyncGenerator[bytes, None]:
-        """The rest of an over-bound reply, then its record (with the first part only)."""
+        """The rest of a streamed reply (a large one, or one over the bound), then its record
+        (the body up to the bound, as the backend's stream completed the exchange)."""
         try:
             async for chunk in rest:
                 yield chunk
         finally:
             await rest.aclose()  # when the scheduler went away: the backend connection is dropped
-            trace.finished_at = exchange.finished_at
+            trace.finished_at, trace.response_body = exchange.finished_at, exchange.body
             trace.transport_error, trace.timed_out = exchange.error, exchange.timed_out
             metrics.BACKEND_DURATION.labels(trace.backend, trace.verb).observe(exchange.finished_at - exchange.started_at)
             self.recorder.submit(trace)

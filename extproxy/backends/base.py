@@ -77,6 +77,15 @@ def truncated_finding(length: int, kept: int, incomplete: str = "") -> dict[str,
     }
 
 
+def incomplete_finding(passed: int, length: int | None, why: str) -> dict[str, Any]:
+    """The reply-incomplete finding: a streamed reply whose head the scheduler got, not its end."""
+    of = f" of {length}" if length is not None else ""
+    return {
+        "kind": "reply-incomplete",
+        "detail": f"the scheduler got the head and {passed}{of} body bytes, then its connection was closed: {why}",
+    }
+
+
 def trace_of(
     config: BackendConfig,
     verb: Verb,

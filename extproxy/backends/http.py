@@ -8,6 +8,8 @@ certificate is not verified; tlsConfig gives client certificate, CA and SNI serv
 Redirects are followed as Go's client follows them (at most 10).
 At most EXTPROXY_MAX_REPLY_BYTES of a reply are held in memory: beyond that the caller gets
 the first part and, when it asked for a stream, the rest as it arrives; otherwise the call fails.
+A caller that asks for a stream (the per-backend form) gets a reply of RELAY_BYTES or more at its
+head, with the body as it arrives (cut-through), and the record keeps up to the bound of it.
 """
 from __future__ import annotations
 
@@ -24,11 +26,14 @@ from django.core.exceptions import ImproperlyConfigured
 from .. import metrics
 from ..config import BackendConfig
 from ..protocol import Verb
-from .base import Backend, Exchange, StreamBroken, now, truncated_finding
+from .base import Backend, Exchange, StreamBroken, incomplete_finding, now, truncated_finding
 from .wire import Client, WireError
 
 POOL_SIZE = 64  # connections per backend and process; more callers wait for a free one
 DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024
+# Replies from this size on are passed on as they arrive. Below it a reply comes in one or two
+# reads, and passing it on whole costs one write instead of one per part.
+RELAY_BYTES = 256 * 1024
 
 
 def proxy_timeout(http_timeout: float) -> float:
@@ -102,7 +107,7 @@ class HTTPBackend(Backend):
         deadline = asyncio.get_running_loop().time() + self.timeout
         try:
             async with asyncio.timeout_at(deadline):
-                reply = await self._client().post(self.url_for(verb_string), body, self.max_reply_bytes, stream)
+                reply = await self._client().post(self.url_for(verb_string), body, self.max_reply_bytes, stream, RELAY_BYTES)
         except TimeoutError:
             return Exchange(started, now(), None, error=f"no answer within {self.timeout:g}s", timed_out=True)
         except WireError as exc:
@@ -123,7 +128,12 @@ class HTTPBackend(Backend):
         return exchange
 
     async def _rest(self, rest: AsyncGenerator[bytes, None], exchange: Exchange, deadline: float) -> AsyncGenerator[bytes, None]:
-        """The remainder of a reply over the bound, within the call's deadline; completes the exchange."""
+        """The rest of a streamed reply (after `exchange.body`, its first part), within the call's
+        deadline. Completes the exchange: the body kept up to the bound, when it finished, how it
+        failed, and reply-truncated when it was over the bound."""
+        limit = self.max_reply_bytes
+        kept = [exchange.body] if exchange.body else []
+        room = limit - len(exchange.body)
         total = len(exchange.body)
         complete = False
         try:
@@ -134,6 +144,9 @@ class HTTPBackend(Backend):
                     except StopAsyncIteration:
                         break
                 total += len(chunk)
+                if room > 0:
+                    kept.append(chunk if len(chunk) <= room else chunk[:room])
+                    room -= len(chunk)
                 yield chunk
             complete = True
         except TimeoutError:
@@ -145,10 +158,16 @@ class HTTPBackend(Backend):
         finally:
             await rest.aclose()
             exchange.finished_at = now()
-            exchange.findings.append(
-                truncated_finding(total, len(exchange.body), "" if complete else "the reply broke off before its end")
-            )
-            metrics.REPLIES_TRUNCATED.labels(self.name).inc()
+            if not complete:
+                if not exchange.error:
+                    exchange.error = "the scheduler's connection closed before the end of the reply"
+                exchange.findings.append(incomplete_finding(total, exchange.length, exchange.error))
+            exchange.body = kept[0] if len(kept) == 1 else b"".join(kept)
+            if total > limit:
+                exchange.findings.append(
+                    truncated_finding(total, limit, "" if complete else "the reply broke off before its end")
+                )
+                metrics.REPLIES_TRUNCATED.labels(self.name).inc()
 
     async def close(self) -> None:
         current = asyncio.get_running_loop()

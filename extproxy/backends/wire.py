@@ -13,6 +13,10 @@ connections, their pools and the parsing, nothing about extenders.
 - Replies: Content-Length, chunked, or read-until-close bodies; gzip/deflate decoded (not asked
   for, but accepted). At most `limit` bytes are buffered: beyond, the caller gets the first
   part and a stream of the rest with flow control (reading pauses while the consumer lags).
+- Relaying (`relay` bytes, for callers that pass the reply on): a reply of at least that many
+  bytes (by Content-Length, or of unknown length) whose body is not all there with its head is
+  returned at its head, the whole body as a stream (`Reply.relayed`), so the caller can send
+  each part on as it arrives instead of after the last one.
 - Redirects: followed like Go's client (at most 10; 307/308 keep the POST, 301/302/303 turn into
   a GET without body).
 - Timeouts are the caller's (asyncio.timeout around the whole exchange, body included).
@@ -144,6 +148,7 @@ class Reply:
     length: int | None  # the Content-Length (None: chunked or until close)
     rest: AsyncGenerator[bytes, None] | None = None  # the body after `first`, when streamed
     over_limit: int = 0  # body bytes seen when the body was over the limit (and not streamed)
+    relayed: bool = False  # returned at its head: `first` is empty and `rest` is the whole body
 
 
 class Client:
@@ -174,9 +179,10 @@ class Client:
             pool = self._pools[key] = Pool(target.host, target.port, ctx, self._server_hostname, self._limit, self._keepalive)
         return pool
 
-    async def post(self, url: str, body: bytes, limit: int, stream: bool) -> Reply:
+    async def post(self, url: str, body: bytes, limit: int, stream: bool, relay: int = 0) -> Reply:
         """One POST (redirects followed). Over `limit` bytes: `rest` when `stream`, else the
-        first part and overflow are returned with `rest` None and the connection dropped."""
+        first part and overflow are returned with `rest` None and the connection dropped.
+        `relay` > 0 (with `stream`): a large reply comes back at its head (module docstring)."""
         method = b"POST"
         payload_or_none: bytes | None = body
         for _ in range(11):
@@ -194,7 +200,7 @@ class Client:
                     if conn.status in (301, 302, 303):
                         method, payload_or_none = b"GET", None
                     continue
-                return await self._reply(pool, conn, limit, stream)
+                return await self._reply(pool, conn, limit, stream, relay)
             except BaseException:
                 _drop(pool, conn)
                 raise
@@ -224,10 +230,12 @@ class Client:
             _drop(pool, conn)
             raise
 
-    async def _reply(self, pool: Pool, conn: Connection, limit: int, stream: bool) -> Reply:
+    async def _reply(self, pool: Pool, conn: Connection, limit: int, stream: bool, relay: int) -> Reply:
         content_type = (conn.header(b"content-type") or b"").decode("latin-1")
         encoding = (conn.header(b"content-encoding") or b"identity").lower()
         length = conn.content_length() if encoding == b"identity" else None
+        if stream and relay and encoding == b"identity" and not conn.complete and (length is None or length >= relay):
+            return Reply(conn.status, content_type, b"", length, rest=_streamed(pool, conn, b""), relayed=True)
         first, overflow = await conn.read_at_most(limit)
         if overflow is None:
             pool.release(conn)
@@ -250,7 +258,8 @@ def _drop(pool: Pool, conn: Connection) -> None:
 
 async def _streamed(pool: Pool, conn: Connection, overflow: bytes) -> AsyncGenerator[bytes, None]:
     try:
-        yield overflow
+        if overflow:
+            yield overflow
         async for chunk in conn.rest():
             yield chunk
     finally:
