@@ -14,7 +14,9 @@ Bounds: at most `concurrency` shadow calls in flight; past that the tail stops r
 spool is the queue). A call older than `max_lag` seconds when its turn comes is not sent and
 counted as dropped (`stale`), so a slow or dead shadow sheds load and the figures stay recent;
 records whose segment the recorder deleted before the tail got there are counted as skipped
-(`deleted`). Results are applied in spool order with the tail's position and saved with it
+(`deleted`). A shadow that gave no answer at all BREAK_AFTER times in a row (down: refused,
+reset) is rested, 1 s and doubling up to 30 s while it stays down: its calls meanwhile are
+dropped (`shadow-down`) without being decoded or judged, so a dead shadow costs next to nothing. Results are applied in spool order with the tail's position and saved with it
 (shadowstats.py), so a restart neither loses nor double-counts a call.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .backends import Backend, build_backend
 from .protocol import Verb
 from .recording.rows import judge
 from .recording.spool_reader import SpoolTail, TailItem
-from .recording.trace import Trace, UnreadableRecord, decode_trace
+from .recording.trace import GAP_RECORD_START, Trace, UnreadableRecord, decode_trace
 from .replay import diff as diffs
 from .replay.modes import in_mode
 from .shadowstats import ShadowState, load_state, save_state
@@ -45,6 +47,8 @@ CONCURRENCY = 8  # shadow calls in flight at once
 MAX_LAG = 30.0  # seconds: a call older than this when its turn comes is dropped (stale)
 SAVE_EVERY = 0.5  # seconds between state saves while working (and the heartbeat when idle)
 READ_BATCH = 64
+BREAK_AFTER = 5  # a shadow that gave no answer (refused, reset) this many times in a row is rested
+REST_SECONDS = (1.0, 30.0)  # first rest, longest rest (doubling while it stays down)
 
 
 @dataclass
@@ -108,6 +112,28 @@ def _side(trace: Trace) -> diffs.Side:
     return diffs.Side(trace.backend, trace.verb, verdict.outcome, verdict.error, decisions)
 
 
+class Rest:
+    """When a shadow that keeps giving no answer is next tried (the breaker; in memory only)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.failures = 0
+        self.until = 0.0
+        self.seconds = REST_SECONDS[0]
+
+    def resting(self) -> bool:
+        return self.clock() < self.until
+
+    def answered(self, answered: bool) -> None:
+        if answered:
+            self.failures, self.seconds = 0, REST_SECONDS[0]
+            return
+        self.failures += 1
+        if self.failures >= BREAK_AFTER and not self.resting():
+            self.until = self.clock() + self.seconds
+            self.seconds = min(self.seconds * 2, REST_SECONDS[1])
+
+
 def configured_shadows(config, policies: dict[str, Any]) -> dict[str, list[Backend]]:
     """Primary name -> its shadow backends, built from a configuration."""
     shadows: dict[str, list[Backend]] = {}
@@ -132,6 +158,7 @@ class Shadower:
         self.tail = SpoolTail(self.root, self.state.positions)  # where reading stands
         self._committed = dict(self.state.positions)  # where applied results stand: what is saved
         self._slots = asyncio.Semaphore(max(1, concurrency))
+        self._rest = {b.name: Rest() for bs in shadows.values() for b in bs}
         self._steps: deque[_Step] = deque()
         self._saved = 0.0
         self._dirty = False  # applied since the last save
@@ -174,10 +201,16 @@ class Shadower:
         self._steps.append(step)
         if item.entry is None:
             return
+        if item.entry.payload[:1] == bytes((GAP_RECORD_START,)):
+            return  # a gap record (the serving process's drop counts): no call in it
         try:
             peek = _peek(item.entry.payload)
             if peek.trace.backend not in self.shadows and peek.trace.form != "combined":
                 return  # not a shadowed backend's call: its bodies are never decoded
+            if peek.trace.verb in MIRRORED_VERBS and self._all_resting(peek.trace.backend):
+                for shadow in self.shadows[peek.trace.backend]:
+                    step.outcomes.append(Outcome(shadow.name, peek.trace.backend, "dropped", reason="shadow-down"))
+                return
             trace = decode_trace(item.entry.payload)
         except (UnreadableRecord, msgspec.DecodeError, msgspec.ValidationError) as exc:  # the recorder counts it; nothing to mirror
             log.debug("shadow: spool record %s/%d unreadable: %s", item.writer, item.entry.seq, exc)
@@ -189,11 +222,15 @@ class Shadower:
             for shadow in self.shadows.get(part.backend, ()):
                 await self._slots.acquire()  # the bound: the tail waits here while the shadows are busy
                 step.lag = self.clock() - item.entry.at
-                if step.lag > self.max_lag:
+                reason = "stale" if step.lag > self.max_lag else "shadow-down" if self._rest[shadow.name].resting() else ""
+                if reason:
                     self._slots.release()
-                    step.outcomes.append(Outcome(shadow.name, part.backend, "dropped", reason="stale"))
+                    step.outcomes.append(Outcome(shadow.name, part.backend, "dropped", reason=reason))
                     continue
                 step.tasks.append(asyncio.create_task(self._mirror(shadow, part, trace.call_id)))
+
+    def _all_resting(self, primary: str) -> bool:
+        return all(self._rest[s.name].resting() for s in self.shadows[primary])
 
     # one mirrored call ----------------------------------------------------------------------------
     async def _mirror(self, shadow: Backend, trace: Trace, call_id: str) -> Outcome:
@@ -215,6 +252,7 @@ class Shadower:
         if isinstance(body, str):
             return Outcome(shadow.name, trace.backend, "error", reason=body)
         exchange = await shadow.exchange(verb, verb_string, body)
+        self._rest[shadow.name].answered(exchange.status is not None or exchange.timed_out)  # slow is not down
         copy = Trace(
             verb=trace.verb, backend=trace.backend, url=shadow.url_for(verb_string), started_at=exchange.started_at,
             finished_at=exchange.finished_at, request_body=body, status=exchange.status, response_body=exchange.body,

@@ -87,6 +87,10 @@ def count(figures: dict, result: str) -> float:
     return figures.get(f'extproxy_shadow_calls_total{{result="{result}",shadow="gpu-next"}}', 0.0)
 
 
+def down(figures: dict) -> float:
+    return figures.get('extproxy_shadow_dropped_total{reason="shadow-down",shadow="gpu-next"}', 0.0)
+
+
 def compared(figures: dict) -> float:
     return count(figures, "same") + count(figures, "different")
 
@@ -181,10 +185,30 @@ def test_a_slow_or_dead_shadow_changes_nothing_the_scheduler_sees(backend_server
             got = inst.post(f"/extender/gpu/{verb}", fixture_bytes(body))
             assert (got.status_code, got.content) == (expected[verb].status_code, expected[verb].content)
 
-    got = inst.wait_for(lambda f: compared(f) >= 6)
-    assert count(got, "different") == 6  # the shadow timed out or failed each time
+    got = inst.wait_for(lambda f: compared(f) + down(f) >= 6)
+    # Each call the shadow was sent, it timed out or failed; a shadow that keeps hanging up may
+    # be rested before the last ones (dropped, counted).
+    assert count(got, "different") + down(got) == 6 and count(got, "same") == 0
     api = login(inst).get(inst.url + "/api/shadows/", timeout=10).json()["results"][0]
     assert set(api["kinds"]) <= {"outcome:ok->timeout", "outcome:ok->error"}
+
+
+def test_a_shadow_that_is_down_is_rested_and_its_calls_counted_as_dropped(backend_server, shadowed):
+    from tests.conftest import free_port
+
+    primary = backend_server({"filter": pass_all})
+    inst = shadowed(with_shadow(primary.url, f"http://127.0.0.1:{free_port()}"))  # nobody listens there
+    inst.start_recorder("--nice", "0")
+    inst.start_serving()
+    for _ in range(20):
+        assert inst.post("/extender/gpu/filter", fixture_bytes(NAMES)).status_code == 200
+    inst.wait_spooled()
+
+    inst.start_shadow("--concurrency", "1", "--max-lag", "600")
+    got = inst.wait_for(lambda f: compared(f) + down(f) >= 20)
+
+    assert count(got, "different") >= 5 and down(got) >= 1  # refused 5 times in a row: rested
+    assert count(got, "different") + down(got) == 20
 
 
 def test_calls_older_than_the_lag_bound_are_dropped_and_counted(backend_server, shadowed):
