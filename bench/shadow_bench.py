@@ -216,7 +216,7 @@ def main() -> int:
         shadow_process = subprocess.Popen(pinned([PYTHON, "manage.py", "shadow"], PROXY_CORE), cwd=ROOT, env=env)
         base = f"http://{HOST}:{proxy_port}"
         calls_base = f"http://{HOST}:{extender_port}" if PROXY_PORT_KIND == "extender" else base
-        wait_http(f"{base}/healthz", proxy, "extproxy")
+        wait_http(f"{base}/healthz", proxy, "extproxy", timeout=180.0)  # a shared, busy core can be slow to start on
         wait_shadow_process(tmp / "spool", shadow_process)
         log(f"shadow bench: {CALLS} calls per backend and concurrency, {ROUNDS} alternating rounds")
         latencies, catch_up = asyncio.run(measure(calls_base, base, body))

@@ -207,7 +207,8 @@ class Shadower:
             peek = _peek(item.entry.payload)
             if peek.trace.backend not in self.shadows and peek.trace.form != "combined":
                 return  # not a shadowed backend's call: its bodies are never decoded
-            if peek.trace.verb in MIRRORED_VERBS and self._all_resting(peek.trace.backend):
+            resting = peek.trace.backend in self.shadows and self._all_resting(peek.trace.backend)
+            if resting and peek.trace.verb in MIRRORED_VERBS:
                 for shadow in self.shadows[peek.trace.backend]:
                     step.outcomes.append(Outcome(shadow.name, peek.trace.backend, "dropped", reason="shadow-down"))
                 return
