@@ -171,7 +171,10 @@ class Shadower:
         while not stop.is_set():
             items = self.tail.read(READ_BATCH)
             for item in items:
-                await self._take(item)
+                try:
+                    await self._take(item)
+                except Exception:  # a bug must cost one record, never stop the process on it for good
+                    log.exception("shadow: spool record %s/%s passed over", item.writer, item.entry and item.entry.seq)
                 self._commit_done()
             self._commit_done()
             if not items:
