@@ -45,7 +45,7 @@ CALLS = max(200, int(2000 * SCALE))  # per backend and concurrency
 ROUNDS = 10
 SLOW_SECONDS = 0.2
 SHADOW_OF = {"shadowed-slow": "slow-shadow", "shadowed-down": "down-shadow"}
-CATCH_UP_TIMEOUT = 300.0
+CATCH_UP_TIMEOUT = 120.0  # per batch; past it the bench goes on and reports the batch as not caught up
 
 
 def write_config(path: Path, ref_port: int, slow_port: int, down_port: int) -> None:
@@ -81,6 +81,7 @@ def serve_slow(port: int) -> None:
 async def measure(calls_base: str, metrics_base: str, body: bytes) -> tuple[dict, dict]:
     latencies: dict[tuple[str, int], list[float]] = {(b, c): [] for b in BACKENDS for c in (1, 8)}
     catch_up: dict[str, float] = {b: 0.0 for b in SHADOW_OF}
+    behind: dict[str, int] = {b: 0 for b in SHADOW_OF}  # batches after which it had not caught up
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16), headers={"Content-Type": "application/json"}) as session:
         expected = None
         for backend in BACKENDS:  # one call each: the answers must be the same bytes
@@ -112,9 +113,10 @@ async def measure(calls_base: str, metrics_base: str, body: bytes) -> tuple[dict
                     if backend in SHADOW_OF:
                         sent[backend] += per_round
                         t0 = time.perf_counter()
-                        await wait_dealt_with(session, metrics_base, SHADOW_OF[backend], sent[backend])
+                        if not await wait_dealt_with(session, metrics_base, SHADOW_OF[backend], sent[backend]):
+                            behind[backend] += 1
                         catch_up[backend] += time.perf_counter() - t0
-    return latencies, catch_up
+    return latencies, {"seconds": catch_up, "behind": behind}
 
 
 def dealt_with(figures: dict[str, float], shadow: str) -> float:
@@ -124,12 +126,17 @@ def dealt_with(figures: dict[str, float], shadow: str) -> float:
                and f'shadow="{shadow}"' in k)
 
 
-async def wait_dealt_with(session: aiohttp.ClientSession, base: str, shadow: str, calls: int) -> None:
+async def wait_dealt_with(session: aiohttp.ClientSession, base: str, shadow: str, calls: int) -> bool:
+    """Until the shadow process has dealt with `calls` calls of `shadow`; False when it had not
+    within CATCH_UP_TIMEOUT (at SCHED_IDLE it gets no CPU while the core is busy with anything
+    else: on a shared machine other work can starve it)."""
     deadline = time.monotonic() + CATCH_UP_TIMEOUT
     while dealt_with(await shadow_metrics(base, session), shadow) < calls:
         if time.monotonic() > deadline:
-            raise Broken(f"the shadow process did not deal with {calls} calls of {shadow} within {CATCH_UP_TIMEOUT:.0f}s")
+            log(f"the shadow process had not dealt with {calls} calls of {shadow} after {CATCH_UP_TIMEOUT:.0f}s; going on")
+            return False
         await asyncio.sleep(0.1)
+    return True
 
 
 async def shadow_metrics(base: str, session: aiohttp.ClientSession | None = None) -> dict[str, float]:
@@ -142,7 +149,7 @@ async def shadow_metrics(base: str, session: aiohttp.ClientSession | None = None
             if k.startswith("extproxy_shadow_") and "_created" not in k}
 
 
-def report(latencies: dict[tuple[str, int], list[float]], shadow: dict[str, float], catch_up: dict[str, float],
+def report(latencies: dict[tuple[str, int], list[float]], shadow: dict[str, float], catch_up: dict[str, dict],
            load: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
     print("\nShadow backends: per-backend latency through extproxy (names, N=100), alternating batches; "
           f"calls to the {PROXY_PORT_KIND} port; "
@@ -161,7 +168,8 @@ def report(latencies: dict[tuple[str, int], list[float]], shadow: dict[str, floa
     print("shadow process (waited for after each shadowed batch):")
     for backend, shadow_name in SHADOW_OF.items():
         done = dealt_with(shadow, shadow_name)
-        print(f"  {shadow_name:12s} {done:.0f} calls dealt with; catch-up after the batches {catch_up[backend]:.1f} s")
+        print(f"  {shadow_name:12s} {done:.0f} calls dealt with; catch-up after the batches {catch_up['seconds'][backend]:.1f} s"
+              f"; batches after which it had not caught up in {CATCH_UP_TIMEOUT:.0f} s: {catch_up['behind'][backend]}")
     print("shadow figures (/metrics):")
     for key, value in sorted(shadow.items()):
         print(f"  {key} {value:.2f}" if "seconds" in key else f"  {key} {value:.0f}")
