@@ -51,7 +51,7 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder) -> bytes | None:
         if key not in special:
             continue
         value = bytes(raw)
-        start = body.find(value, cursor)
+        start = _value_at(body, key, value, cursor)
         if start < 0:
             return None
         _literal(pieces, originals, body[cursor:start])
@@ -73,6 +73,27 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder) -> bytes | None:
     if b"".join(originals) != body:
         return None
     return SPLICED_MARK + msgspec.msgpack.encode([pieces, marks])
+
+
+def _value_at(body: bytes, key: str, value: bytes, cursor: int) -> int:
+    """Where `value` (the bytes of `key`'s value) starts in `body` at or after cursor, or -1.
+
+    Looked for right after the key first: a search for a multi-megabyte value costs
+    milliseconds even where it matches at once. Anything unusual (escapes in the key) falls back
+    to the search; compact's final check catches a wrong place either way.
+    """
+    at = body.find(msgspec.json.encode(key), cursor)
+    if at >= 0:
+        at += len(msgspec.json.encode(key))
+        while at < len(body) and body[at] in b" \t\r\n":
+            at += 1
+        if at < len(body) and body[at] == 0x3A:  # ':'
+            at += 1
+            while at < len(body) and body[at] in b" \t\r\n":
+                at += 1
+            if body.startswith(value, at):
+                return at
+    return body.find(value, cursor)
 
 
 def _literal(pieces: list[bytes | str], originals: list[bytes], data: bytes) -> None:
