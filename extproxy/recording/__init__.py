@@ -6,6 +6,7 @@ Modules, each owning one step (imports only go down this list, never up):
   spool      the durable on-disk spool: its format, cursors, locks, and the serving side's writer
   spool_reader  the recorder side of the spool: reading in order, committing, deleting, torn tails
   observe    what /metrics and /readyz show: spool depth/bytes/age, the recorder's counters
+  dropcount  the serving process's drops by reason, written down as gap records in the spool
   handoff    the hot path's `submit` and the spool-writer thread (serving process)
   blobs      compression, Node de-duplication, restoring stored bodies
   attempts   linking a pod's calls into scheduling attempts
