@@ -3,8 +3,8 @@
 Replay and the shadow backends send a recorded request to a backend that may take the other
 mode than the one it was recorded in. Full objects to names needs nothing; names to full
 objects takes the newest stored Node object of each name (the node store), which may differ
-from the node as it was. Reads only; must not import the engine (the engine imports shadow.py,
-which uses this).
+from the node as it was. Reads only; must not import the engine: the shadow process
+(shadow.py) uses this without one.
 """
 from __future__ import annotations
 
