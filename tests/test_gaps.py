@@ -13,8 +13,10 @@ import time
 from datetime import datetime, timedelta, timezone as tz
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
 
 from extproxy.config import RecordingConfig
 from extproxy.exportproof import verify
@@ -145,6 +147,10 @@ def test_every_call_answered_under_overload_is_in_the_api_or_in_a_gap_and_the_ex
     listed = client.get("/api/gaps/?reason=queue-full&page_size=500").json()["results"]
     assert sum(g["calls"] for g in listed) == gaps["queue-full"] and listed == sorted(
         listed, key=lambda g: g["first_at"], reverse=True)
+    page = Client()
+    page.force_login(User.objects.get(username="audrey"))
+    shown = page.get("/audit/").content.decode()
+    assert "Gaps in the records" in shown and f"<td>queue-full</td><td>{listed[0]['calls']}</td>" in shown
 
     until = (datetime.now(tz.utc) + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     since = started.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
