@@ -200,3 +200,22 @@ def test_it_writes_many_records_in_order_past_the_writev_bound_and_after_short_w
     assert shortened == [spool.IOV_MAX] * 3  # a header and a payload per record, IOV_MAX per call
     assert read_all(SpoolReader(tmp_path / "spool")) == records + [b"last"]
     writer.close()
+
+
+def test_interval_syncs_finished_segments_at_the_next_interval_and_skips_what_the_recorder_deleted(tmp_path, monkeypatch):
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10, fsync="interval", fsync_interval=3600))
+    writer.append([b"a" * 20])
+    writer.append([b"b" * 20])  # a new segment each: the first is finished, not synced yet
+    writer.append([b"c" * 20])
+    assert [p for p in synced if p.endswith(".seg")] == []
+    reader = SpoolReader(tmp_path / "spool")
+    reader.read(2, 1 << 20)
+    reader.commit()  # the recorder stored two records and deleted the first one's segment
+    assert segments(writer.directory)[0] == 2
+    writer.sync()  # the interval's sync
+    assert [os.path.basename(p) for p in synced if p.endswith(".seg")] == [segment_name(2), segment_name(3)]
+    writer.close()
+    assert read_all(reader) == [b"c" * 20]
