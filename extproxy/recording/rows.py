@@ -102,8 +102,9 @@ def judge_reply(trace: Trace, ident: dict[str, Any]) -> semantics.Verdict | None
     if trace.verb in ("filter", "prioritize"):
         judge_verb = semantics.judge_filter if trace.verb == "filter" else semantics.judge_prioritize
         what = (trace.verb, trace.backend, trace.url, trace.verb_string, cache_capable, trace.weight)
-        return VERDICTS.judge(what, trace.status, trace.response_body, ident["nodes"],
-                              lambda: judge_verb(backend, ident["nodes"], trace.status, trace.response_body))
+        status: int = trace.status  # not None (above); the lambda would see the attribute's Optional type
+        return VERDICTS.judge(what, status, trace.response_body, ident["nodes"],
+                              lambda: judge_verb(backend, ident["nodes"], status, trace.response_body))
     if trace.verb == "bind":
         return semantics.judge_bind(backend, trace.status, trace.response_body)
     return semantics.judge_preempt(backend, ident.get("victims", {}), trace.status, trace.response_body)
