@@ -1,16 +1,18 @@
 """The recorder process runs under SCHED_IDLE by default (every thread of it), and the setting
-or `--no-sched-idle` turns that off, leaving its niceness. Real `manage.py recorder` processes;
-the policy is read from the kernel for each of their threads.
+or `--no-sched-idle` turns that off, leaving its niceness; the shadow process runs under
+SCHED_IDLE at its niceness. Real `manage.py recorder` and `manage.py shadow` processes; the
+policy is read from the kernel for each of their threads.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.processes import Installation
+from tests.processes import Installation, Process
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -68,3 +70,21 @@ def test_sched_idle_can_be_turned_off_and_the_niceness_stays(installation, how):
     assert len(threads) == 2
     assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_OTHER}
     assert {niceness(tid) for tid in threads} == {os.getpriority(os.PRIO_PROCESS, 0) + 7}
+
+
+def test_the_shadow_process_runs_under_sched_idle_with_its_niceness(installation):
+    inst = installation()
+    shadow = Process("shadow", [sys.executable, "manage.py", "shadow", "--nice", "5", "--exit-with-parent"],
+                     inst.env, inst.workdir / "logs")
+    try:
+        deadline = time.monotonic() + 60
+        while "shadow: no shadow backend configured" not in shadow.output():  # idles, its threads started
+            assert shadow.process.poll() is None, shadow.output()
+            assert time.monotonic() < deadline, shadow.output()
+            time.sleep(0.05)
+        threads = [int(t) for t in os.listdir(f"/proc/{shadow.process.pid}/task")]
+        assert len(threads) == 2  # the parent watch started after the policy was set
+        assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_IDLE}
+        assert {niceness(tid) for tid in threads} == {os.getpriority(os.PRIO_PROCESS, 0) + 5}
+    finally:
+        shadow.stop()

@@ -23,6 +23,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from extproxy.background import lower_priority, watch_parent
 from extproxy.config import load_config
 from extproxy.recording.live import recorder_publisher
 from extproxy.recording.spool_reader import SpoolBusy
@@ -46,11 +47,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         # Before any thread starts: threads inherit the policy of the thread that creates them.
         increment = settings.EXTPROXY_RECORDER_NICE if options["nice"] is None else options["nice"]
-        if increment:
-            os.nice(increment)
         idle = settings.EXTPROXY_RECORDER_SCHED_IDLE if options["sched_idle"] is None else options["sched_idle"]
-        if idle:
-            sched_idle()
+        priority = lower_priority("recorder", increment, idle)
         config = load_config(settings.EXTPROXY_CONFIG or None)
         root = Path(settings.EXTPROXY_SPOOL_DIR)
         stop = threading.Event()
@@ -73,46 +71,11 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, finish)
         if options["exit_with_parent"]:
-            _watch_parent(finish, stop)
-        log.info("recorder: draining %s (pid %d, nice %d, %s)", root, os.getpid(), os.nice(0),
-                 "SCHED_IDLE" if _policy() == getattr(os, "SCHED_IDLE", None) else "SCHED_OTHER")
+            watch_parent("recorder", finish, stop)
+        log.info("recorder: draining %s (pid %d, %s)", root, os.getpid(), priority)
         try:
             drainer.until_idle = options["until_idle"]
             drainer.run()
         finally:
             drainer.close()
         log.info("recorder: stopped; %d calls written", drainer.counters.written)
-
-
-def sched_idle() -> bool:
-    """This process (its calling thread, and every thread it starts later) under SCHED_IDLE.
-
-    Lowering the policy needs no privilege on Linux; where it is refused or unknown the
-    recorder runs on at its niceness, with a warning.
-    """
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError) as exc:
-        log.warning("recorder: SCHED_IDLE not applied (%s); running at nice %d", exc, os.nice(0))
-        return False
-    return True
-
-
-def _policy() -> int | None:
-    try:
-        return os.sched_getscheduler(0)
-    except (AttributeError, OSError):
-        return None
-
-
-def _watch_parent(finish, stop: threading.Event) -> None:
-    parent = os.getppid()
-
-    def watch() -> None:
-        while not stop.wait(0.5):
-            if os.getppid() != parent:
-                log.info("recorder: parent %d ended", parent)
-                finish()
-                return
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()

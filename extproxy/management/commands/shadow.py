@@ -21,25 +21,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from extproxy import shadow as shadows_module
+from extproxy.background import lower_priority, watch_parent
 from extproxy.config import load_config
 from extproxy.policies import default_policy, parse_policy
 from extproxy.shadowstats import load_state, save_state
 
 log = logging.getLogger("extproxy.shadow")
-
-
-def lower_priority(increment: int, idle: bool) -> str:
-    """Nice the process by `increment` and, when asked, put it in SCHED_IDLE; says what it got."""
-    if increment:
-        os.nice(increment)
-    policy = "normal"
-    if idle and hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            policy = "SCHED_IDLE"
-        except OSError as exc:  # not allowed here (some containers): niceness alone
-            log.warning("shadow: SCHED_IDLE refused (%s); running at niceness %d only", exc, os.nice(0))
-    return f"nice {os.nice(0)}, {policy}"
 
 
 class Command(BaseCommand):
@@ -58,7 +45,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         increment = getattr(settings, "EXTPROXY_SHADOW_NICE", 10) if options["nice"] is None else options["nice"]
-        priority = lower_priority(increment, not options["no_idle_class"])
+        priority = lower_priority("shadow", increment, not options["no_idle_class"])
         config = load_config(settings.EXTPROXY_CONFIG or None)
         root = Path(settings.EXTPROXY_SPOOL_DIR)
         root.mkdir(parents=True, exist_ok=True)
@@ -73,7 +60,7 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, finish)
         if options["exit_with_parent"]:
-            _watch_parent(finish, stop)
+            watch_parent("shadow", finish, stop)
         if not config.shadows:
             # Positions kept while nothing was followed would make a later start count the
             # whole time in between as skipped: forget them, start afresh when shadows come.
@@ -105,16 +92,3 @@ async def _run(root: Path, shadows, options, stop: threading.Event) -> None:
         await shadower.run(stopped, until_idle=options["until_idle"])
     finally:
         await shadower.close()
-
-
-def _watch_parent(finish, stop: threading.Event) -> None:
-    parent = os.getppid()
-
-    def watch() -> None:
-        while not stop.wait(0.5):
-            if os.getppid() != parent:
-                log.info("shadow: parent %d ended", parent)
-                finish()
-                return
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
