@@ -40,6 +40,10 @@ from .targets import CaptureRecorder, TargetError, base_backend, replacing
 log = logging.getLogger(__name__)
 
 MAX_CALLS_PER_RUN = 100_000
+# A replay's Pods are mostly distinct (one per original call; the same Pod again only within one
+# scheduling attempt), so the recorder's Pod cache (32 MiB) would only grow with the batch:
+# a small one (the repeats of one attempt are close together) keeps a batch's memory level.
+REDACTION_CACHE_BYTES = 64 << 10
 PROGRESS_EVERY = 0.5  # seconds between progress saves of a run
 
 
@@ -93,7 +97,7 @@ class Replayer:
         self._engines: dict[str, Any] = {}
         self._capture: dict[str, CaptureRecorder] = {}
         self.redaction = config.redaction
-        self.nodes = NodeDeduper(config.redaction)
+        self.nodes = NodeDeduper(config.redaction, redaction_cache_bytes=REDACTION_CACHE_BYTES)
         self.attempts = AttemptTracker(max_pods=1)
 
     def engine_for(self, original: Original):
