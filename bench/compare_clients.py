@@ -16,7 +16,7 @@ def free():
 port = free()
 ref = subprocess.Popen([str(ROOT / ".venv/bin/python"), str(ROOT / "bench/refbackend.py"), "--port", str(port)])
 time.sleep(2)
-args = json.load(open(ROOT.parent / "shared/fixtures/filter-request.nodecache-true.json"))
+args = json.load(open(ROOT / "tests/fixtures/filter-request.nodecache-true.json"))
 args["NodeNames"] = [f"node-{i:05d}" for i in range(1000)]
 body = json.dumps(args).encode()
 url = f"http://127.0.0.1:{port}/ext/filter"
