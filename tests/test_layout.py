@@ -106,3 +106,17 @@ def test_it_says_what_each_core_module_may_import():
             if "May import" not in (ast.get_docstring(ast.parse(path.read_text())) or ""):
                 silent.append(str(path.relative_to(ROOT)))
     assert silent == []
+
+
+def test_no_code_reads_a_folder_beside_the_clone():
+    """A user's clone has nothing beside it: tests and benches take their data from tests/fixtures."""
+    import re
+
+    beside = re.compile(r"""\.\./shared|parent\s*/\s*["']shared""")
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("extproxy", "dashboard", "tests", "bench")
+        for path in (ROOT / folder).rglob("*.py")
+        if path.name != "test_plain_clone.py" and beside.search(path.read_text())
+    ]
+    assert offenders == []
