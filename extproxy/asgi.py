@@ -13,6 +13,12 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_app = get_asgi_application()
 
+from django.conf import settings  # noqa: E402
+
+from .heap import keep_large_buffers  # noqa: E402
+
+keep_large_buffers(settings.EXTPROXY_HEAP_KEEP_BYTES)  # before the first megabyte body
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
@@ -25,8 +31,6 @@ from .config import ConfigError  # noqa: E402
 from .engine import get_engine  # noqa: E402
 from .replay.worker import get_worker  # noqa: E402
 from .views import PREFIX, extender_app, refusal, respond  # noqa: E402
-
-from django.conf import settings  # noqa: E402
 
 
 async def http_app(scope, receive, send):

@@ -211,6 +211,10 @@ EXTPROXY_BODY_TIMEOUT = envfloat("EXTPROXY_BODY_TIMEOUT", 30.0)
 # larger reply is streamed through to the scheduler and only its first part is recorded (finding
 # reply-truncated); combined form: a larger reply is that backend's failed call.
 EXTPROXY_MAX_REPLY_BYTES = envint("EXTPROXY_MAX_REPLY_BYTES", 64 * 1024 * 1024)
+# Buffers up to this many bytes are reused from the heap rather than mapped and unmapped per call
+# (heap.py: a full-object call's bodies page-faulted ~8 ms of kernel time per call); up to twice
+# this much freed memory is kept for reuse. 0 leaves the C library's own behaviour.
+EXTPROXY_HEAP_KEEP_BYTES = envint("EXTPROXY_HEAP_KEEP_BYTES", 32 * 1024 * 1024)
 # Combined calls with a request at least this large are decoded and combined on a worker thread,
 # so that the event loop keeps serving other calls (and their timeouts) meanwhile.
 EXTPROXY_OFFLOAD_BYTES = envint("EXTPROXY_OFFLOAD_BYTES", 1024 * 1024)

@@ -24,6 +24,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from extproxy.background import lower_priority, watch_parent
+from extproxy.heap import keep_large_buffers
 from extproxy.config import load_config
 from extproxy.recording.live import recorder_publisher
 from extproxy.recording.spool_reader import SpoolBusy
@@ -49,6 +50,7 @@ class Command(BaseCommand):
         increment = settings.EXTPROXY_RECORDER_NICE if options["nice"] is None else options["nice"]
         idle = settings.EXTPROXY_RECORDER_SCHED_IDLE if options["sched_idle"] is None else options["sched_idle"]
         priority = lower_priority("recorder", increment, idle)
+        keep_large_buffers(settings.EXTPROXY_HEAP_KEEP_BYTES)  # megabyte bodies decoded and compressed
         config = load_config(settings.EXTPROXY_CONFIG or None)
         root = Path(settings.EXTPROXY_SPOOL_DIR)
         stop = threading.Event()
