@@ -75,6 +75,14 @@ class Engine:
         self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
         self._combined = Combined(self.backends, parallel_filter=config.parallel_filter)
         self.offload_bytes = int(getattr(settings, "EXTPROXY_OFFLOAD_BYTES", 1024 * 1024))
+        self._durations: dict[tuple[str, Verb], object] = {}
+
+    def _backend_duration(self, backend: str, verb: Verb):
+        """The histogram child of (backend, verb): found once, not by its labels on every call."""
+        child = self._durations.get((backend, verb))
+        if child is None:
+            child = self._durations[(backend, verb)] = metrics.BACKEND_DURATION.labels(backend, verb)
+        return child
 
     async def per_backend(self, backend: Backend, verb: Verb, verb_string: str, body: bytes) -> Answer:
         exchange = await backend.exchange(verb, verb_string, body, stream=True)
@@ -87,7 +95,7 @@ class Engine:
         if exchange.rest is not None:  # recorded once the rest has been passed on
             answer.stream, answer.length = self._pass_on(exchange, exchange.rest, trace), exchange.length
             return answer
-        metrics.BACKEND_DURATION.labels(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
+        self._backend_duration(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
         self.recorder.submit(trace)  # the shadow process finds the call in the spool
         return answer
 
@@ -101,7 +109,7 @@ class Engine:
             await rest.aclose()  # when the scheduler went away: the backend connection is dropped
             trace.finished_at, trace.response_body = exchange.finished_at, exchange.body
             trace.transport_error, trace.timed_out = exchange.error, exchange.timed_out
-            metrics.BACKEND_DURATION.labels(trace.backend, trace.verb).observe(exchange.finished_at - exchange.started_at)
+            self._backend_duration(trace.backend, trace.verb).observe(exchange.finished_at - exchange.started_at)
             self.recorder.submit(trace)
 
     async def combined(self, verb: Verb, body: bytes) -> Answer:

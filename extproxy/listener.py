@@ -10,8 +10,8 @@ certificates via `ssl`, a source allowlist via `allow`; both set in asgi.py's li
 
 Bounds: a request body over EXTPROXY_MAX_BODY_BYTES is refused with 413 as soon as that is
 known (Content-Length, or while reading a chunked body) and the connection is closed; one
-request at a time per connection (reading pauses while a request is served, so pipelined
-requests wait in the socket); an idle keep-alive connection is closed after IDLE_SECONDS;
+request at a time per connection (reading pauses when bytes of a next request arrive while one
+is served, so pipelined requests wait in the socket); an idle keep-alive connection is closed after IDLE_SECONDS;
 streamed answers (a reply over EXTPROXY_MAX_REPLY_BYTES) respect the transport's flow control.
 This module owns the socket side only; what a call does is the engine's.
 """
@@ -86,8 +86,9 @@ _routes = RouteCache()
 class ExtenderProtocol(asyncio.Protocol):
     """One client connection: parse, serve one request at a time, answer."""
 
-    def __init__(self, limit: int, allow: Allow | None, live: set["ExtenderProtocol"]) -> None:
+    def __init__(self, limit: int, allow: Allow | None, live: set["ExtenderProtocol"], body_timeout: float = 30.0) -> None:
         self._limit = limit
+        self._body_timeout = body_timeout
         self._allow = allow
         self._live = live
         self._loop = asyncio.get_running_loop()
@@ -95,10 +96,15 @@ class ExtenderProtocol(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._queue: deque[tuple[bytes, bytes, bytes | None, bool]] = deque()
         self._busy = False
+        self._paused = False  # reading stopped: a pipelined request arrived while one is served
         self._closing = False
         self._can_write: asyncio.Future[None] | None = None
+        # One idle timer per connection, moved on by the time of the last answer rather than
+        # re-created for every request (a timer made and cancelled twice a call on the hot path).
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0
         self._body_timer: asyncio.TimerHandle | None = None  # EXTPROXY_BODY_TIMEOUT per request
+        self._in_message = False
         self.draining = False  # the listener stops: close after the answer in progress
         self._begin()
 
@@ -123,15 +129,23 @@ class ExtenderProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        if self._busy and not self._paused and self.transport is not None:
+            # One request at a time: a pipelined one waits in the socket. Stopped only when it
+            # happens (the scheduler never pipelines), not around every request: each stop and
+            # start is an epoll change, two system calls per call on the hot path.
+            self._paused = True
+            self.transport.pause_reading()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._refuse(refusal(400, "protocol upgrades are not served on the extender port", "bad-http"))
         except httptools.HttpParserError as exc:
             self._refuse(refusal(400, f"bad HTTP request: {exc}", "bad-http"))
+            return
+        if self._in_message and self._body_timer is None and not self._closing:
+            # A request that did not arrive whole in one read (the usual one does): 408 after the
+            # bound, so that a client dribbling its bytes cannot hold the connection and its buffer.
+            self._body_timer = self._loop.call_later(self._body_timeout, self._too_slow)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._live.discard(self)
@@ -155,16 +169,11 @@ class ExtenderProtocol(asyncio.Protocol):
 
     # httptools callbacks ---------------------------------------------------------------
     def on_message_begin(self) -> None:
-        # A client that dribbles its request holds the connection and its buffer: 408 after the bound.
-        from django.conf import settings
-
-        self._body_timer = self._loop.call_later(float(settings.EXTPROXY_BODY_TIMEOUT), self._too_slow)
+        self._in_message = True
 
     def _too_slow(self) -> None:
-        from django.conf import settings
-
-        timeout = float(settings.EXTPROXY_BODY_TIMEOUT)
-        self._refuse(refusal(408, f"request body not received within {timeout:g}s (EXTPROXY_BODY_TIMEOUT)", "body-timeout"))
+        self._refuse(refusal(408, f"request body not received within {self._body_timeout:g}s (EXTPROXY_BODY_TIMEOUT)",
+                             "body-timeout"))
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -194,6 +203,7 @@ class ExtenderProtocol(asyncio.Protocol):
         self._parts.append(body)
 
     def on_message_complete(self) -> None:
+        self._in_message = False
         if self._body_timer is not None:
             self._body_timer.cancel()
             self._body_timer = None
@@ -205,8 +215,6 @@ class ExtenderProtocol(asyncio.Protocol):
         self._begin()
         if not self._busy:
             self._busy = True
-            if self.transport is not None:
-                self.transport.pause_reading()  # one request at a time; the next waits in the socket
             self._loop.create_task(self._serve())
 
     # serving ---------------------------------------------------------------------------
@@ -223,7 +231,9 @@ class ExtenderProtocol(asyncio.Protocol):
         finally:
             self._busy = False
         if not self._closing and self.transport is not None:
-            self.transport.resume_reading()
+            if self._paused:
+                self._paused = False
+                self.transport.resume_reading()
             self._arm_idle()
 
     async def _one(self, method: bytes, url: bytes, body: bytes, keep_alive: bool) -> None:
@@ -313,9 +323,22 @@ class ExtenderProtocol(asyncio.Protocol):
             self._close()
 
     def _arm_idle(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-        self._idle_timer = self._loop.call_later(IDLE_SECONDS, self._close)
+        self._idle_since = self._loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self._loop.call_later(IDLE_SECONDS, self._idle_check)
+
+    def _idle_check(self) -> None:
+        """Close a connection idle for IDLE_SECONDS; one that served meanwhile is checked again later."""
+        self._idle_timer = None
+        if self._closing:
+            return
+        if self._busy or self._in_message:  # a request in progress: its own bounds apply
+            self._idle_since = self._loop.time()
+        left = self._idle_since + IDLE_SECONDS - self._loop.time()
+        if left <= 0:
+            self._close()
+        else:
+            self._idle_timer = self._loop.call_later(left, self._idle_check)
 
 
 class Listener:
@@ -351,8 +374,8 @@ async def start_listener(
     live: set[ExtenderProtocol] = set()
 
     def connection() -> ExtenderProtocol:
-        # The body bound is read per connection, as the ASGI path reads it per request.
-        return ExtenderProtocol(int(settings.EXTPROXY_MAX_BODY_BYTES), allow, live)
+        # The body bound and timeout are read per connection, as the ASGI path reads them per request.
+        return ExtenderProtocol(int(settings.EXTPROXY_MAX_BODY_BYTES), allow, live, float(settings.EXTPROXY_BODY_TIMEOUT))
 
     server = await asyncio.get_running_loop().create_server(connection, host, port, ssl=ssl, backlog=1024)
     log.info("extender listener on %s:%d%s", host, port, " (TLS)" if ssl is not None else "")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 
 import pytest
 import requests
@@ -157,6 +159,79 @@ def test_it_keeps_connections_alive_and_answers_pipelined_requests_in_order(back
     assert answers.count(b"HTTP/1.1 200 OK") == 3
     assert [answers.index(f'"n{i}"'.encode()) for i in range(3)] == sorted(answers.index(f'"n{i}"'.encode()) for i in range(3))
     assert b"Connection: close" not in answers
+
+
+def test_a_request_pipelined_while_one_is_being_served_waits_its_turn(backend_server, listening, write_config):
+    """Reading stops only when a next request's bytes arrive during a call (listener.py): the
+    calls still go to the backend one at a time and are answered in the order they were sent."""
+    in_flight, most = [0], [0]
+    guard = threading.Lock()
+
+    def slow_first(handler, body: bytes) -> None:
+        with guard:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        if b'"n0"' in body:
+            time.sleep(0.4)  # the next requests arrive meanwhile, in writes of their own
+        with guard:
+            in_flight[0] -= 1
+        pass_all(handler, body)
+
+    backend = backend_server({"filter": slow_first})
+    server, base = listening(write_config(config_for(backend.url)))
+    port = int(base.rsplit(":", 1)[1])
+    frames = [b"POST /extender/gpu/filter HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b)
+              for b in (json.dumps({"NodeNames": [f"n{i}"]}).encode() for i in range(4))]
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(frames[0])
+        time.sleep(0.1)
+        for frame in frames[1:]:
+            sock.sendall(frame)
+            time.sleep(0.05)
+        got = b""
+        while got.count(b"HTTP/1.1 200 OK") < 4 or not _bodies_complete(got):
+            chunk = sock.recv(65536)
+            assert chunk, got
+            got += chunk
+
+    positions = [got.index(f'"n{i}"'.encode()) for i in range(4)]
+    assert positions == sorted(positions)
+    assert len(backend.received) == 4 and most[0] == 1
+
+
+def test_it_closes_a_connection_idle_for_its_bound_and_keeps_a_busy_one(backend_server, listening, write_config,
+                                                                        monkeypatch):
+    from extproxy import listener
+
+    monkeypatch.setattr(listener, "IDLE_SECONDS", 0.6)
+    backend = backend_server({"filter": pass_all})
+    server, base = listening(write_config(config_for(backend.url)))
+    port = int(base.rsplit(":", 1)[1])
+    body = b'{"NodeNames":["a"]}'
+    frame = b"POST /extender/gpu/filter HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    def answered(sock) -> bytes:
+        got = b""
+        while not (got.startswith(b"HTTP/1.1 200 OK") and _bodies_complete(got)):
+            chunk = sock.recv(65536)
+            assert chunk, "closed while a call was expected"
+            got += chunk
+        return got
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as busy, \
+            socket.create_connection(("127.0.0.1", port), timeout=10) as quiet, \
+            socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+        quiet.sendall(frame)
+        answered(quiet)
+        for _ in range(8):  # 2 s of calls every 0.25 s: never idle for 0.6 s
+            busy.sendall(frame)
+            answered(busy)
+            time.sleep(0.25)
+        assert quiet.recv(100) == b""  # closed after its last answer
+        assert silent.recv(100) == b""  # closed without ever sending
+        busy.sendall(frame)
+        answered(busy)
 
 
 def test_it_answers_expect_continue_and_http_1_0(backend_server, listening, write_config):

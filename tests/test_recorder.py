@@ -352,3 +352,15 @@ def test_it_keeps_redacted_values_out_and_names_each_change(transactional_db):
     assert again["Pod"]["spec"]["containers"][0]["env"][0]["value"] == "[redacted]"
     assert again["Nodes"] == json.loads(body)["Nodes"]
     assert pod["spec"]["containers"][0]["env"][0]["value"].encode() not in restored.body
+
+
+def test_call_ids_made_on_the_hot_path_are_distinct_random_uuids():
+    import uuid
+
+    from extproxy.recording.trace import new_call_id
+
+    ids = [new_call_id() for _ in range(20_000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids[:2000]:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122

@@ -49,6 +49,10 @@ class TLSConfig:
     ca_data: bytes = b""
 
 
+# Each verb's field name, looked up on every call (formatting an enum member is slow).
+_VERB_FIELDS = {verb: f"{verb.value}_verb" for verb in Verb}
+
+
 @dataclass(frozen=True)
 class BackendConfig:
     name: str
@@ -89,7 +93,7 @@ class BackendConfig:
 
     def verb_string(self, verb: Verb) -> str:
         """The configured verb string for ``verb`` ("" = unsupported)."""
-        return getattr(self, f"{verb}_verb")
+        return getattr(self, _VERB_FIELDS[verb])
 
     def verb_name(self, verb_string: str) -> Verb | None:
         if not verb_string:
