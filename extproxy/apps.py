@@ -9,6 +9,7 @@ class ExtproxyConfig(AppConfig):
 
     def ready(self) -> None:
         from . import logsafety, throttling  # noqa: F401  (throttling counts failed log-ins by signal)
+        from . import shadowstats  # noqa: F401  (its collector puts the shadow process's figures on /metrics)
         from .audit import connect_signals
         from .roles import ensure_roles
 

@@ -8,8 +8,7 @@ the scheduler fails the call with that text and skips an ignorable backend exact
 transport error; for prioritize and preempt, whose replies have no Error field, a 502/504).
 The engine holds the backends and the recorder for the process.
 
-May import: the pure core, backends/, combined, the recorder, metrics (and shadowstats, whose
-collector puts the shadow process's figures on /metrics); Django's settings only
+May import: the pure core, backends/, combined, the recorder, metrics; Django's settings only
 (the engine is built inside the running server).
 """
 from __future__ import annotations
@@ -31,7 +30,6 @@ from .policies import default_policy, parse_policy
 from .protocol import Reply, Verb
 from .ratelog import RateLimitedLog
 from .recording import SpoolRecorder, Trace
-from . import shadowstats  # noqa: F401  (puts the shadow process's figures on /metrics)
 
 log = logging.getLogger(__name__)
 _ratelog = RateLimitedLog(log)
