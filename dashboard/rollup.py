@@ -21,7 +21,10 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from extproxy.ratelog import RateLimitedLog
+
 log = logging.getLogger(__name__)
+_ratelog = RateLimitedLog(log)
 
 BUCKETS_PER_DECADE = 4
 FIRST_EDGE_MS = 0.1
@@ -140,7 +143,7 @@ def prune(keep: timedelta = timedelta(days=8)) -> int:
 def _run() -> None:
     import time
 
-    from django.db import close_old_connections
+    from django.db import DatabaseError, close_old_connections
 
     next_prune = 0.0
     while not _stop.is_set():
@@ -150,7 +153,11 @@ def _run() -> None:
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + 3600
                 prune()
-        except Exception:  # the database is away: try again on the next tick
+        except DatabaseError as exc:  # the database is away: a line a minute, try again on the next tick
+            _ratelog.emit(logging.WARNING, "database", "latency roll-up failed, database unavailable (retried "
+                          "every second): %s", str(exc).strip())
+            close_old_connections()
+        except Exception:  # a bug: its traceback, and the roll-up goes on
             log.exception("latency roll-up failed; retrying")
             close_old_connections()
         _stop.wait(1.0)

@@ -65,3 +65,39 @@ def test_a_dead_processs_running_run_is_failed_and_its_waiting_run_taken_up(tmp_
     assert failed["status"] == "failed" and "stopped after" in failed["error"] and "of 4 calls" in failed["error"]
     assert 1 <= failed["done"] < 4
     assert (done["status"], done["total"], done["done"], done["errors"]) == ("done", 4, 4, 0)
+
+
+def test_the_serving_processs_background_threads_say_once_that_the_database_is_down_and_goes_on_when_it_is_back(tmp_path, backend_server):
+    """A database outage is one warning line from each of the replay watcher and the latency
+    roll-up (no traceback every beat); afterwards they work again (a replay run is carried out)."""
+    from tests.processes import Postgres
+
+    backend = backend_server({"filter": pass_all})
+    postgres = Postgres()
+    inst = Installation(tmp_path, f"backends:\n- name: gpu\n  urlPrefix: {backend.url}/scheduler\n  filterVerb: filter\n"
+                                  "  nodeCacheCapable: true\n", postgres.url, EXTPROXY_REPLAY_STALE_SECONDS="1")
+    try:
+        inst.manage("migrate", "--noinput", "-v", "0")
+        inst.manage("bootstrap")
+        token = subprocess.run([sys.executable, "manage.py", "token", "admin"], cwd=ROOT, env=inst.env, check=True,
+                               capture_output=True, text=True).stdout.strip().split()[-1]
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {token}"
+        inst.start_serving()
+        postgres.stop()
+        time.sleep(3)  # about twelve beats of 0.25 s with the database down
+        outage_log = inst.serving.output()
+        postgres.start()
+        inst.start_recorder("--nice", "0")
+        assert requests.post(f"{inst.url}/extender/gpu/filter", data=fixture_bytes(NAMES), timeout=10).status_code == 200
+        inst.wait_drained()
+        run = session.post(f"{inst.url}/api/replays/", json={"filters": {"backend": "gpu"}}, timeout=10).json()["id"]
+        done = wait_run(session, inst, run, lambda r: r["status"] not in ("queued", "running"))
+    finally:
+        inst.close()
+        postgres.close()
+
+    assert outage_log.count("replay: heartbeat or recovery failed, database unavailable") == 1, outage_log
+    assert outage_log.count("latency roll-up failed, database unavailable") == 1, outage_log
+    assert "Traceback" not in outage_log, outage_log
+    assert (done["status"], done["total"], done["errors"]) == ("done", 1, 0)

@@ -25,7 +25,10 @@ import threading
 import uuid
 from datetime import timedelta
 
+from ..ratelog import RateLimitedLog
+
 log = logging.getLogger(__name__)
+_ratelog = RateLimitedLog(log)
 
 MAX_QUEUED = 4
 OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"[:64]  # this process, unique
@@ -105,14 +108,17 @@ class Worker:
         self.stop = threading.Event()
 
     def _watch(self) -> None:
-        from django.db import connection
+        from django.db import DatabaseError, connection
 
         stop = self.stop
         while True:
             try:
                 self.beat()
                 self.recover()
-            except Exception:  # the database may be down: try again on the next beat
+            except DatabaseError as exc:  # the database is down: a line a minute, not a traceback a beat
+                _ratelog.emit(logging.WARNING, "database", "replay: heartbeat or recovery failed, database unavailable "
+                              "(retried every %gs): %s", max(0.2, stale_seconds() / 4), str(exc).strip())
+            except Exception:  # a bug: its traceback, and the watcher goes on
                 log.exception("replay: heartbeat or recovery failed")
             finally:
                 connection.close()  # hold no connection between beats
