@@ -1,6 +1,7 @@
 """The dashboard's background work in a serving process, started and stopped by the ASGI
-lifespan: the Kubernetes watcher of the scheduler's events (when an API is configured) and the
-roll-up of call latencies for the backends page. Each one failing is logged; serving goes on."""
+lifespan: the Kubernetes watcher of the scheduler's events (when an API is configured). Failing
+is logged; serving goes on. The roll-up of call latencies runs in the recorder process
+(`manage.py recorder`), which writes the calls it counts; pages catch up on it themselves."""
 from __future__ import annotations
 
 import logging
@@ -9,17 +10,15 @@ log = logging.getLogger(__name__)
 
 
 def start() -> None:
-    from . import kubewatch, rollup
+    from . import kubewatch
 
-    for name, begin in (("scheduler events watcher", kubewatch.start), ("latency roll-up", rollup.start)):
-        try:
-            begin()
-        except Exception:  # an optional view must never stop the extender from serving
-            log.exception("dashboard: the %s did not start", name)
+    try:
+        kubewatch.start()
+    except Exception:  # an optional view must never stop the extender from serving
+        log.exception("dashboard: the scheduler events watcher did not start")
 
 
 def stop() -> None:
-    from . import kubewatch, rollup
+    from . import kubewatch
 
     kubewatch.stop()
-    rollup.stop()

@@ -23,6 +23,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from dashboard import rollup
 from extproxy.background import lower_priority, watch_parent
 from extproxy.heap import keep_large_buffers
 from extproxy.config import load_config
@@ -75,9 +76,13 @@ class Command(BaseCommand):
         if options["exit_with_parent"]:
             watch_parent("recorder", finish, stop)
         log.info("recorder: draining %s (pid %d, %s)", root, os.getpid(), priority)
+        # The dashboard's latency roll-up reads what this process writes: it runs here, at this
+        # process's priority, rather than as a thread of the serving process beside the hot path.
+        rollup.start()
         try:
             drainer.until_idle = options["until_idle"]
             drainer.run()
         finally:
+            rollup.stop()
             drainer.close()
         log.info("recorder: stopped; %d calls written", drainer.counters.written)
