@@ -11,9 +11,9 @@ Everything on core 0 is on the proxied call's path: the client and extproxy take
     CPU_MODE=names CPU_N=1000 CPU_RECORDING=0 .venv/bin/python bench/cpu_split.py
     CPU_ENV='EXTPROXY_SPOOL_FSYNC=never EXTPROXY_HEAP_KEEP_BYTES=0' ...   # settings for extproxy
 
-With recording on, the recorder process is not started: what the serving process spends on
-recording (the hand-off and the spool writes) is measured, the recorder's own work is not
-(bench/recording.py measures it).
+With recording on, the recorder process runs beside it as `make run` starts it (on core 0 too,
+SCHED_IDLE), and after each proxied batch the next batch waits until the spool is drained, so
+that its work is counted with the calls that caused it and does not land in the direct batch.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -44,7 +45,18 @@ ROUNDS = int(os.environ.get("CPU_ROUNDS", "4"))
 EXTRA_ENV = dict(item.split("=", 1) for item in os.environ.get("CPU_ENV", "").split())
 
 
-async def measure(urls: dict[str, str], pids: dict[str, int], body: bytes) -> None:
+async def drained(database: Path, calls: int) -> None:
+    """Until the recorder has stored `calls` calls (read from its SQLite database, as bench/run.py does)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as db:
+            if db.execute("SELECT count(*) FROM extproxy_call").fetchone()[0] >= calls:
+                return
+    raise RuntimeError(f"the recorder did not store {calls} calls within 300 s")
+
+
+async def measure(urls: dict[str, str], pids: dict[str, int], body: bytes, database: Path | None) -> None:
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
                                     headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
 
@@ -54,9 +66,11 @@ async def measure(urls: dict[str, str], pids: dict[str, int], body: bytes) -> No
             assert resp.status == 200
 
     results = {side: ([], {}) for side in urls}
+    proxied = 0
     for url in urls.values():
         for _ in range(5):
             await call(url)
+    proxied += 5
     for _ in range(ROUNDS):
         for side, url in urls.items():
             before = {name: cpu_split(pid) for name, pid in pids.items()}
@@ -67,8 +81,14 @@ async def measure(urls: dict[str, str], pids: dict[str, int], body: bytes) -> No
                 await call(url)
                 latencies.append(time.perf_counter() - started)
             after = os.times()
-            for name, pid in pids.items():
-                user, kernel = cpu_split(pid)
+            now = {name: cpu_split(pid) for name, pid in pids.items()}
+            if database and side == "proxied":
+                # The recorder's work on this batch, until the batch is stored.
+                proxied += PER_ROUND
+                await drained(database, proxied)
+                now["recorder"] = cpu_split(pids["recorder"])
+            for name in pids:
+                user, kernel = now[name]
                 spent = cpu.setdefault(name, [0.0, 0.0])
                 spent[0] += user - before[name][0]
                 spent[1] += kernel - before[name][1]
@@ -87,7 +107,7 @@ def main() -> int:
     import uvloop
 
     tmp = Path(tempfile.mkdtemp(prefix="extproxy-cpu-"))
-    ref = proxy = None
+    ref = proxy = recorder = None
     try:
         body = build_bodies([N])[(MODE, N)]
         if PIN:
@@ -101,6 +121,7 @@ def main() -> int:
                                                     "nodeCacheCapable": MODE == "names"}],
                                       "recording": {"enabled": RECORDING}}))
         env = proxy_env(config, tmp)
+        database = tmp / "extproxy.sqlite3"
         env["EXTPROXY_EXTENDER_PORT"] = str(ext_port)
         env.update(EXTRA_ENV)
         subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
@@ -108,15 +129,20 @@ def main() -> int:
                                          "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on"],
                                         PROXY_CORE), cwd=ROOT, env=env)
         wait_http(f"http://{HOST}:{main_port}/healthz", proxy, "extproxy")
+        pids = {"extproxy": proxy.pid, "backend": ref.pid}
+        if RECORDING:
+            recorder = subprocess.Popen(pinned([PYTHON, "manage.py", "recorder"], PROXY_CORE), cwd=ROOT, env=env)
+            pids["recorder"] = recorder.pid
         print(f"{MODE} N={N} c=1, recording {'on' if RECORDING else 'off'}{''.join(f', {k}={v}' for k, v in EXTRA_ENV.items())}; "
               f"{'pinned: client+extproxy core %d, backend core %d' % (PROXY_CORE, BACKEND_CORE) if PIN else 'not pinned'}; "
               f"{ROUNDS} x {PER_ROUND} calls per side; load average {os.getloadavg()[0]:.2f}")
         uvloop.run(measure({"direct": f"http://{HOST}:{ref_port}/ext/filter",
                             "proxied": f"http://{HOST}:{ext_port}/extender/ref/filter"},
-                           {"extproxy": proxy.pid, "backend": ref.pid}, body))
+                           pids, body, database if RECORDING else None))
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
         return 0
     finally:
+        stop(recorder, "recorder")
         stop(proxy, "extproxy")
         stop(ref, "reference backend")
         shutil.rmtree(tmp, ignore_errors=True)
