@@ -114,7 +114,8 @@ def environment(tmp: Path, db: Database, ref_port: int) -> dict[str, str]:
 
 
 def prefill(spool: Path, requests: list[bytes], calls: int, names_mode: bool = True) -> None:
-    from extproxy.recording.spool import SpoolSettings, SpoolWriter
+    from extproxy.recording.spool import SpoolSettings
+    from extproxy.recording.spool_writer import SpoolWriter
     from extproxy.recording.trace import Trace, encode_trace
 
     writer = SpoolWriter(SpoolSettings(root=spool, max_bytes=1 << 40, fsync="never"))

@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from run import PIN, PROXY_CORE, build_bodies  # noqa: E402
 
-from extproxy.recording.spool import SpoolSettings, SpoolWriter  # noqa: E402
+from extproxy.recording.spool import SpoolSettings  # noqa: E402
+from extproxy.recording.spool_writer import SpoolWriter  # noqa: E402
 from extproxy.recording.trace import Trace, encode_trace  # noqa: E402
 
 ROUNDS = 30

@@ -306,6 +306,11 @@ if EXTPROXY_SPOOL_FSYNC not in ("always", "interval", "never"):
     raise ValueError(f"EXTPROXY_SPOOL_FSYNC={EXTPROXY_SPOOL_FSYNC!r}: expected always, interval or never")
 EXTPROXY_SPOOL_FSYNC_INTERVAL = float(os.environ.get("EXTPROXY_SPOOL_FSYNC_INTERVAL") or 1.0)
 EXTPROXY_SPOOL_WRITER = os.environ.get("EXTPROXY_SPOOL_WRITER") or "serve"
+# Finished segments the recorder keeps (renamed .free) for the serving process to overwrite
+# instead of filling new files; 0: it deletes them.
+EXTPROXY_SPOOL_RECYCLE_SEGMENTS = envint("EXTPROXY_SPOOL_RECYCLE_SEGMENTS", 4)
+if EXTPROXY_SPOOL_RECYCLE_SEGMENTS < 0:
+    raise ValueError(f"EXTPROXY_SPOOL_RECYCLE_SEGMENTS={EXTPROXY_SPOOL_RECYCLE_SEGMENTS}: expected 0 or more")
 EXTPROXY_HANDOFF_BYTES = envint("EXTPROXY_HANDOFF_BYTES", 256 << 20)
 EXTPROXY_SHUTDOWN_FLUSH_SECONDS = float(os.environ.get("EXTPROXY_SHUTDOWN_FLUSH_SECONDS") or 5.0)
 EXTPROXY_RECORDER_NICE = envint("EXTPROXY_RECORDER_NICE", 10)

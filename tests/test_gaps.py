@@ -23,7 +23,8 @@ from extproxy.exportproof import verify
 from extproxy.gaps import note_drops
 from extproxy.models import Call, RecordingGap
 from extproxy.recording import SpoolRecorder, dropcount
-from extproxy.recording.spool import SpoolSettings, SpoolWriter
+from extproxy.recording.spool import SpoolSettings
+from extproxy.recording.spool_writer import SpoolWriter
 from tests.conftest import RecorderProcess, fixture_bytes, pass_all, wait_for_drain
 from tests.processes import Load, stored_calls
 from tests.test_export import auditor

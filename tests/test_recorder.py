@@ -364,3 +364,21 @@ def test_call_ids_made_on_the_hot_path_are_distinct_random_uuids():
     for text in ids[:2000]:
         parsed = uuid.UUID(text)
         assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+@pytest.mark.parametrize("recycle, kept", [(4, 2), (0, 0)])
+def test_it_keeps_stored_segments_for_reuse_as_many_as_its_setting_says(transactional_db, tmp_path, settings,
+                                                                          recycle, kept):
+    from extproxy.recording.spool import free_files, segments
+
+    settings.EXTPROXY_SPOOL_RECYCLE_SEGMENTS = recycle  # the recorder process reads it where it builds its reader
+    recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "spool", segment_bytes=1))
+    recorder.start()
+    for _ in range(3):
+        recorder.submit(make_trace())
+        assert recorder.flush()  # one segment each
+    assert recorder.stop()
+    drain(tmp_path)
+    directory = tmp_path / "spool" / "serve"
+    assert Call.objects.count() == 3
+    assert len(segments(directory)) == 1 and len(free_files(directory)) == kept  # the last one stays

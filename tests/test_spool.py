@@ -8,7 +8,8 @@ import os
 import pytest
 
 from extproxy.recording.observe import spool_status
-from extproxy.recording.spool import HEADER, SpoolSettings, SpoolWriter, segment_name, segments
+from extproxy.recording.spool import HEADER, SpoolSettings, segment_name, segments
+from extproxy.recording.spool_writer import SpoolWriter
 from extproxy.recording.spool_reader import SpoolBusy, SpoolReader
 
 
@@ -180,19 +181,19 @@ def test_its_frames_carry_zlibs_crc32_whichever_implementation_computed_it(tmp_p
 
 
 def test_it_writes_many_records_in_order_past_the_writev_bound_and_after_short_writes(tmp_path, monkeypatch):
-    from extproxy.recording import spool
+    from extproxy.recording import spool_writer as spool
 
-    real = os.writev
+    real = os.pwritev
     shortened = []
 
-    def short_writev(fd, buffers):  # the kernel may take less than asked (a signal, a full disk)
+    def short_pwritev(fd, buffers, offset):  # the kernel may take less than asked (a signal, a full disk)
         if len(shortened) < 3:
             data = b"".join(buffers)
             shortened.append(len(buffers))
-            return os.write(fd, data[: len(data) // 2 + 1])
-        return real(fd, buffers)
+            return os.pwrite(fd, data[: len(data) // 2 + 1], offset)
+        return real(fd, buffers, offset)
 
-    monkeypatch.setattr(spool.os, "writev", short_writev)
+    monkeypatch.setattr(spool.os, "pwritev", short_pwritev)
     writer = SpoolWriter(settings(tmp_path))
     records = [f"record-{i}".encode() * (i % 7) for i in range(spool.IOV_MAX + 300)]  # empty ones too
     assert all(writer.append(records))
@@ -219,3 +220,26 @@ def test_interval_syncs_finished_segments_at_the_next_interval_and_skips_what_th
     assert [os.path.basename(p) for p in synced if p.endswith(".seg")] == [segment_name(2), segment_name(3)]
     writer.close()
     assert read_all(reader) == [b"c" * 20]
+
+
+def test_after_a_failed_write_it_goes_on_in_a_new_segment_and_the_part_written_is_cut(tmp_path, monkeypatch):
+    import errno
+
+    writer = SpoolWriter(settings(tmp_path))
+    writer.append([b"before"])
+    real = os.pwritev
+
+    def disk_full(fd, buffers, offset):
+        os.pwrite(fd, b"XPS1" + b"\xff" * 10, offset)  # part of the frame got there
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", disk_full)
+    with pytest.raises(OSError):
+        writer.append([b"lost"])  # counted as spool-error by the hand-off
+    monkeypatch.setattr(os, "pwritev", real)
+    writer.append([b"after"])  # a new segment: readers expect no number missing within one
+    assert segments(writer.directory) == [1, 3]
+    assert (writer.directory / segment_name(1)).stat().st_size == HEADER.size + len(b"before")
+    result = SpoolReader(tmp_path / "spool").read(10, 1 << 20)
+    assert [e.payload for e in result.entries] == [b"before", b"after"] and result.torn == 0
+    writer.close()

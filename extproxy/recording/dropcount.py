@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 
-from .spool import SpoolWriter
+from .spool_writer import SpoolWriter
 from .trace import Drops, encode_gap
 
 log = logging.getLogger(__name__)

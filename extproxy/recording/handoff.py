@@ -27,7 +27,8 @@ from .. import metrics
 from .observe import COLLECTOR, spool_status
 from ..config import RecordingConfig
 from .dropcount import DropCounter
-from .spool import SpoolSettings, SpoolWriter
+from .spool import SpoolSettings
+from .spool_writer import SpoolWriter
 from .trace import Trace, encode_trace
 
 log = logging.getLogger(__name__)
@@ -238,5 +239,7 @@ class SpoolRecorder:
 
     def status(self):
         """The spool's depth, bytes and oldest age, as on disk now."""
-        known = {self.writer.name: self.writer.seq} if self.writer is not None else None
-        return spool_status(Path(self.spool.root), known)
+        writer = self.writer
+        if writer is None:
+            return spool_status(Path(self.spool.root))
+        return spool_status(Path(self.spool.root), {writer.name: writer.seq}, {writer.name: writer.position})

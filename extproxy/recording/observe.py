@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .spool import read_cursor, read_frame, last_seq, segment_name, segments
+from .spool import (
+    FREE_SUFFIX, Frame, expected_seq, read_cursor, read_frame, scan_segment, segment_name, segments,
+)
 
 
 @dataclass
@@ -22,11 +24,19 @@ class SpoolStatus:
     depth: int = 0  # records not yet committed to the database
     bytes: int = 0  # bytes of those records (and of torn tails not yet skipped)
     oldest_age: float = 0.0  # seconds since the oldest of them was appended
-    disk_bytes: int = 0  # every segment file, drained or not
+    disk_bytes: int = 0  # every segment file, drained or not, and the free files kept for reuse
 
 
-def spool_status(root: Path, known_last_seq: dict[str, int] | None = None) -> SpoolStatus:
-    """Depth, bytes and age of what is not yet in the database, read from the disk."""
+def spool_status(root: Path, known_last_seq: dict[str, int] | None = None,
+                 known_end: dict[str, tuple[int, int]] | None = None) -> SpoolStatus:
+    """Depth, bytes and age of what is not yet in the database, read from the disk.
+
+    `known_last_seq` / `known_end`: what a writer in this process knows of its own directory
+    (its last sequence number; its segment and the end of the data in it), so that its
+    segment need not be read. Without them, the last segment of each directory is read
+    through (its frames checked) for both: a recycled segment's size counts old bytes after
+    its data, so the size alone does not say where the data ends.
+    """
     status = SpoolStatus()
     now = time.time()
     try:
@@ -37,8 +47,15 @@ def spool_status(root: Path, known_last_seq: dict[str, int] | None = None) -> Sp
         cursor = read_cursor(directory)
         segs = segments(directory)
         last = (known_last_seq or {}).get(directory.name)
+        data_end = (known_end or {}).get(directory.name)  # (segment, offset past its data)
         if last is None:
-            last = last_seq(directory, cursor.seq)
+            last = cursor.seq
+            if segs:
+                try:
+                    scan = scan_segment(directory / segment_name(segs[-1]), segs[-1])
+                    last, data_end = max(last, scan.last), (segs[-1], scan.end)
+                except FileNotFoundError:
+                    pass
         status.depth += max(0, last - cursor.seq)
         oldest = None
         for first in segs:
@@ -50,16 +67,34 @@ def spool_status(root: Path, known_last_seq: dict[str, int] | None = None) -> Sp
             status.disk_bytes += size
             if first < cursor.segment:
                 continue
+            if data_end is not None and data_end[0] == first:
+                size = min(size, data_end[1])  # not the old bytes after a recycled segment's data
             start = cursor.offset if first == cursor.segment else 0
             status.bytes += max(0, size - start)
             if oldest is None and size > start:
                 with open(path, "rb") as f:
-                    found = read_frame(f, start)
-                if found is not None:
+                    found = read_frame(f, start, expected_seq(first, start, cursor.seq))
+                if isinstance(found, Frame):
                     oldest = found.at
         if oldest is not None:
             status.oldest_age = max(status.oldest_age, now - oldest)
+        status.disk_bytes += _free_bytes(directory)
     return status
+
+
+def _free_bytes(directory: Path) -> int:
+    """Bytes of a writer directory's free files (finished segments kept for reuse)."""
+    total = 0
+    try:
+        for e in os.scandir(directory):
+            if e.name.endswith(FREE_SUFFIX):
+                try:
+                    total += e.stat().st_size
+                except FileNotFoundError:
+                    continue
+    except FileNotFoundError:
+        pass
+    return total
 
 
 def read_recorder_counters(root: Path) -> dict:
@@ -101,7 +136,8 @@ class RecordingCollector:
             ("extproxy_spool_depth", "Calls in the spool not yet committed to the database.", status.depth),
             ("extproxy_spool_bytes", "Bytes of those calls in the spool.", status.bytes),
             ("extproxy_spool_oldest_age_seconds", "Age of the oldest call not yet in the database.", status.oldest_age),
-            ("extproxy_spool_disk_bytes", "Bytes of every spool segment file on disk.", status.disk_bytes),
+            ("extproxy_spool_disk_bytes", "Bytes of every spool segment file on disk (and of those kept for reuse).",
+             status.disk_bytes),
             ("extproxy_spool_full", "1 while calls are dropped at EXTPROXY_SPOOL_MAX_BYTES (alarm).", int(recorder.spool_full)),
             ("extproxy_recorder_heartbeat_age_seconds", "Seconds since the recorder process last reported (-1: never).",
              (time.time() - theirs["updated_at"]) if "updated_at" in theirs else -1),

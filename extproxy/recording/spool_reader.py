@@ -1,10 +1,11 @@
 """The readers of the spool: the recorder's (`SpoolReader`: read in order, mark what is stored,
-delete finished segments) and the shadow process's (`SpoolTail`: follow without deleting).
+recycle or delete finished segments) and the shadow process's (`SpoolTail`: follow without
+deleting).
 
 Owns `SpoolReader` (one per spool: it holds reader.lock), the in-memory read positions, the
-cursor files it writes after each committed batch, the deletion of finished segments, and
-skipping (and counting) torn or corrupt tails. The on-disk format is spool.py's. Must not
-decode records or touch the database.
+cursor files it writes after each committed batch, the recycling (renaming to free files) or
+deletion of finished segments, and skipping (and counting) torn or corrupt tails. The on-disk
+format is spool.py's. Must not decode records or touch the database.
 """
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .spool import Cursor, Frame, read_cursor, read_frame, segment_name, segments, try_lock, write_cursor, writer_alive
+from .spool import (
+    DEFAULT_RECYCLE, END, Cursor, Frame, expected_seq, free_files, free_name, read_cursor, read_frame, segment_name,
+    segments, try_lock, write_cursor, writer_alive,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +52,14 @@ class ReadResult:
 
 
 class SpoolReader:
-    """Reads every writer directory in order; `commit` marks what was read as stored."""
+    """Reads every writer directory in order; `commit` marks what was read as stored.
 
-    def __init__(self, root: Path) -> None:
+    `recycle`: finished segments kept per writer directory as free files for its writer to
+    overwrite (EXTPROXY_SPOOL_RECYCLE_SEGMENTS); the rest are deleted."""
+
+    def __init__(self, root: Path, recycle: int = DEFAULT_RECYCLE) -> None:
         self.root = root
+        self.recycle = recycle
         root.mkdir(parents=True, exist_ok=True)
         fd = try_lock(root / "reader.lock")
         if fd is None:
@@ -91,43 +99,59 @@ class SpoolReader:
             path = pos.directory / segment_name(pos.segment)
             try:
                 with open(path, "rb") as f:
-                    found = read_frame(f, pos.offset)
+                    found = read_frame(f, pos.offset, expected_seq(pos.segment, pos.offset, pos.seq))
                     stat = os.fstat(f.fileno())
                     size = stat.st_size
             except FileNotFoundError:
                 segs = segments(pos.directory)
                 continue
-            if found is not None:
+            if isinstance(found, Frame):
                 pos.seq, pos.offset = found.seq, found.end
                 return found
+            # Past the data: nothing (the file ends), the end marker of a recycled segment (old
+            # bytes follow: not torn), or bytes that are no frame of this segment (torn).
+            torn = found is not END and size > pos.offset
             newer = len(current) > 1
             if not newer:
-                if size > pos.offset and not writer_alive(pos.directory):
+                if torn and not writer_alive(pos.directory):
                     result.torn += 1  # the writer died mid-frame and has not come back
                     result.torn_at.append(stat.st_mtime)
                     log.warning("spool %s: torn tail of %d bytes skipped (its writer is gone)", path, size - pos.offset)
                     pos.offset = size
                 return None
-            if size > pos.offset:
+            if torn:
                 result.torn += 1
                 result.torn_at.append(stat.st_mtime)
                 log.warning("spool %s: torn or corrupt tail of %d bytes skipped", path, size - pos.offset)
             pos.segment, pos.offset = current[1], 0
 
     def commit(self) -> None:
-        """Everything read so far is stored: move the cursors, delete finished segments."""
+        """Everything read so far is stored: move the cursors, recycle or delete finished segments."""
         for pos in self._positions.values():
             cursor = Cursor(pos.seq, pos.segment, pos.offset)
             if cursor == pos.cursor:
                 continue
             write_cursor(pos.directory, cursor)
             pos.cursor = cursor
-            for first in segments(pos.directory):
-                if first < pos.segment:
-                    try:
-                        os.unlink(pos.directory / segment_name(first))
-                    except FileNotFoundError:
-                        pass
+            done = [first for first in segments(pos.directory) if first < pos.segment]
+            if done:
+                self._retire(pos.directory, done)
+
+    def _retire(self, directory: Path, done: list[int]) -> None:
+        """Finished segments become free files for the writer to overwrite, up to `recycle` of
+        them in the directory (the newest first: their pages are likeliest still cached); the
+        rest are deleted."""
+        room = self.recycle - len(free_files(directory)) if self.recycle else 0
+        for first in reversed(done):
+            path = directory / segment_name(first)
+            try:
+                if room > 0:
+                    os.rename(path, directory / free_name(first))
+                    room -= 1
+                else:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     def rewind(self) -> None:
         """Forget what was read and not committed (it is read again)."""
@@ -156,13 +180,15 @@ class SpoolTail:
     process stores them with its figures): never locks the spool, writes no cursor file and
     deletes nothing, so the recorder drains and cleans the spool whether a tail runs or not.
 
-    The recorder deletes a segment once it has stored it, whatever the tail's position (the
-    choice that keeps the spool's bound the recorder's alone). The tail keeps the segment it
-    is reading open, so a segment deleted under it is still read to its end (at most one
-    deleted segment per writer stays on disk until the tail moves on). When the tail's next
-    segment is gone, it goes on at the oldest segment left and reports the records in between
-    as `skipped`, from the gap in sequence numbers. A writer the tail has no position for is
-    followed from its oldest segment, nothing counted as skipped.
+    The recorder recycles or deletes a segment once it has stored it, whatever the tail's
+    position (the choice that keeps the spool's bound the recorder's alone). The tail keeps the
+    segment it is reading open, so a segment deleted under it is still read to its end (at
+    most one deleted segment per writer stays on disk until the tail moves on), and a recycled
+    one until its writer overwrites it: from then the tail finds no frame with the sequence
+    number it expects there, takes nothing of the new content, and moves on. When the tail's
+    next segment is gone, it goes on at the oldest segment left and reports the records in
+    between as `skipped`, from the gap in sequence numbers. A writer the tail has no position
+    for is followed from its oldest segment, nothing counted as skipped.
     """
 
     def __init__(self, root: Path, positions: dict[str, Cursor] | None = None) -> None:
@@ -207,12 +233,8 @@ class SpoolTail:
         known = pos is not None
         pos = pos or Cursor()
         f = self._file(writer, directory, pos.segment) if pos.segment else None
-        if f is not None:
-            found = read_frame(f, pos.offset)
-            if found is not None:
-                moved = Cursor(found.seq, pos.segment, found.end)
-                self.positions[writer] = moved
-                return TailItem(writer, moved, entry=Entry(writer, found.seq, found.at, found.payload))
+        if f is not None and (item := self._take(writer, f, pos)) is not None:
+            return item
         # At the end of the segment (or it is gone, or there is none yet): the next one, if any.
         segs = segments(directory)
         later = [s for s in segs if s > pos.segment]
@@ -222,11 +244,24 @@ class SpoolTail:
                 later = segs[:1]
             else:
                 return None  # the writer appends to this segment still (or a torn tail waits for its next one)
+        elif f is not None and (item := self._take(writer, f, pos)) is not None:
+            # Its writer finished this segment before starting the next: read again, a frame
+            # that was being written at the first read is complete now.
+            return item
         self._close(writer)
         skipped = max(0, later[0] - (pos.seq + 1)) if known else 0
         moved = Cursor(later[0] - 1, later[0], 0)
         self.positions[writer] = moved
         return TailItem(writer, moved, skipped=skipped)
+
+    def _take(self, writer: str, f, pos: Cursor) -> TailItem | None:
+        """The frame at the tail's position, if it is the next of its segment."""
+        found = read_frame(f, pos.offset, expected_seq(pos.segment, pos.offset, pos.seq))
+        if not isinstance(found, Frame):
+            return None
+        moved = Cursor(found.seq, pos.segment, found.end)
+        self.positions[writer] = moved
+        return TailItem(writer, moved, entry=Entry(writer, found.seq, found.at, found.payload))
 
     def close(self) -> None:
         for writer in list(self._open):

@@ -156,10 +156,14 @@ class Drainer:
         retention: RetentionConfig | None = None,
         publisher=None,
         stop: threading.Event | None = None,
+        recycle: int | None = None,
     ) -> None:
+        from django.conf import settings
+
         self.root = Path(root)
         self.recording = recording
-        self.reader = SpoolReader(self.root)
+        # Finished segments kept for the serving process to overwrite (EXTPROXY_SPOOL_RECYCLE_SEGMENTS).
+        self.reader = SpoolReader(self.root, settings.EXTPROXY_SPOOL_RECYCLE_SEGMENTS if recycle is None else recycle)
         self.writer = BatchWriter(redaction)
         self.retention = retention
         self.publisher = publisher

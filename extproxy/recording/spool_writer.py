@@ -1,0 +1,323 @@
+"""The serving side of the spool: `SpoolWriter` appends framed records to this process's
+writer directory, starts each segment in a free file when the recorder left one (recycling,
+see spool.py for the layout and its guarantees), and keeps the spool's byte bound.
+
+Owns writing: the gathered writes at explicit offsets, the end markers after data in a
+recycled segment, cutting a recycled segment to its data when leaving it, fsync by policy,
+and the bound (free files counted, given back at it). The format is spool.py's. Must not
+decode records or read what the recorder reads.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .spool import (
+    FREE_SUFFIX, HEADER, SEGMENT_SUFFIX, SpoolSettings, end_marker, frame_head, free_files, free_name, read_cursor,
+    scan_segment, segment_name, segments, try_lock,
+)
+
+
+def disk_usage(root: Path) -> tuple[int, int]:
+    """Bytes of every segment and free file under the spool root, and of the free files alone."""
+    total = free = 0
+    try:
+        writers = [e for e in os.scandir(root) if e.is_dir()]
+    except FileNotFoundError:
+        return 0, 0
+    for w in writers:
+        try:
+            for e in os.scandir(w.path):
+                if e.name.endswith(SEGMENT_SUFFIX):
+                    total += e.stat().st_size
+                elif e.name.endswith(FREE_SUFFIX):
+                    size = e.stat().st_size
+                    total += size
+                    free += size
+        except FileNotFoundError:
+            continue
+    return total, free
+
+
+def drop_free_files(root: Path) -> int:
+    """Delete every free file under the spool root (room for records at the bound); bytes freed."""
+    freed = 0
+    try:
+        writers = [e.path for e in os.scandir(root) if e.is_dir()]
+    except FileNotFoundError:
+        return 0
+    for w in writers:
+        for first in free_files(Path(w)):
+            path = Path(w) / free_name(first)
+            try:
+                size = path.stat().st_size
+                path.unlink()
+            except FileNotFoundError:  # taken by its writer meanwhile
+                continue
+            freed += size
+    return freed
+
+
+# --- serving side ------------------------------------------------------------------------
+
+
+class SpoolFull(Exception):
+    pass
+
+
+@dataclass
+class _Segment:
+    """The segment being written."""
+
+    path: Path
+    fd: int
+    first: int
+    recycled: bool  # a free file reused: old bytes may follow the data
+    end: int = 0  # offset just past the last frame written
+    size: int = 0  # the file's size
+    failed: bool = False  # a write failed: part of it may follow the data; the next write starts a new segment
+
+
+class SpoolWriter:
+    """Appends framed records to this process's writer directory. One thread uses it."""
+
+    def __init__(self, settings: SpoolSettings, name: str = "serve") -> None:
+        self.settings = settings
+        self.root = settings.root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd, self.directory = self._claim(name)
+        self.seq = self._resume(read_cursor(self.directory).seq)
+        while (self.directory / segment_name(self.seq + 1)).exists():
+            # That file holds only a torn first frame of a writer that died (or a recycled
+            # file it had not written to yet): never append after a torn frame; skip its
+            # number so the next segment gets a new name.
+            self.seq += 1
+        self._segment: _Segment | None = None
+        self.position = (0, 0)  # (segment, end of its data): one tuple, read by other threads
+        self._unsynced: list[_Segment] = []  # finished segments the next interval sync covers
+        self._disk, self._free = disk_usage(self.root)
+        self._disk_checked = time.monotonic()
+        self._synced = time.monotonic()
+        self._dirty = False
+
+    def _claim(self, name: str) -> tuple[int, Path]:
+        """This process's own directory: `name`, or `name-2`, ... when another writer holds it."""
+        for n in range(1, 1000):
+            directory = self.root / (name if n == 1 else f"{name}-{n}")
+            directory.mkdir(exist_ok=True)
+            for _ in range(3):  # a reader's brief liveness probe may hold a shared lock
+                fd = try_lock(directory / "writer.lock")
+                if fd is not None:
+                    return fd, directory
+                time.sleep(0.01)
+        raise RuntimeError(f"no free spool writer directory under {self.root}")
+
+    def _resume(self, committed: int) -> int:
+        """The last sequence number written here (by a writer before this one)."""
+        segs = segments(self.directory)
+        if not segs:
+            return committed
+        path = self.directory / segment_name(segs[-1])
+        scan = scan_segment(path, segs[-1])
+        if scan.marked:
+            # A recycled segment its writer left without closing (killed): its data ends at the
+            # marker. Cut the old bytes after it, so that it looks like any finished segment.
+            os.truncate(path, scan.end)
+        return max(scan.last, committed)
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    def append(self, payloads: list[bytes]) -> list[bool]:
+        """Append records in one gathered write; False for each that did not fit under the bound.
+
+        The payloads are not copied: each header and payload goes to the kernel as it is
+        (pwritev), because a full-object call's record is megabytes and this runs beside the
+        serving loop.
+        """
+        now = time.time()
+        self._refresh_disk(force=False)
+        accepted: list[bool] = []
+        buffers: list[bytes] = []
+        first = self.seq + 1
+        size = 0
+        for payload in payloads:
+            need = HEADER.size + len(payload)
+            if self._disk + size + need > self.settings.max_bytes and not self._make_room(size + need):
+                accepted.append(False)
+                continue
+            self.seq += 1
+            buffers += (frame_head(self.seq, payload, now), payload)
+            size += need
+            accepted.append(True)
+        if buffers:
+            try:
+                self._write(buffers, size, first)
+            except Exception:
+                # The numbers are spent (readers expect none missing within a segment, so the
+                # next write goes to a new one), and what part of this write reached the file
+                # is never overwritten while a reader may be reading it.
+                if self._segment is not None:
+                    self._segment.failed = True
+                raise
+        return accepted
+
+    def _make_room(self, need: int) -> bool:
+        """At the bound: measure again (at most every 0.2 s), then give back the free files."""
+        self._refresh_disk(force=True)
+        if self._disk + need > self.settings.max_bytes and self._free:
+            self._disk -= drop_free_files(self.root)
+            self._free = 0
+        return self._disk + need <= self.settings.max_bytes
+
+    def _write(self, buffers: list[bytes], size: int, first_seq: int) -> None:
+        seg = self._segment
+        if seg is None or seg.failed or seg.end >= self.settings.segment_bytes:
+            seg = self._rotate(first_seq)
+        if seg.recycled:  # mark where the data ends: old bytes follow (overwritten by the next write)
+            buffers = buffers + [end_marker(self.seq + 1)]
+        pwrite_all(seg.fd, buffers, seg.end)  # into the kernel now: a SIGKILL after this loses nothing
+        seg.end += size
+        reach = seg.end + (HEADER.size if seg.recycled else 0)
+        if reach > seg.size:  # the file grew (overwriting a recycled file's old bytes takes no more disk)
+            self._disk += reach - seg.size
+            seg.size = reach
+        self.position = (seg.first, seg.end)
+        self._dirty = True
+        self.maybe_sync()
+
+    def _rotate(self, first_seq: int) -> _Segment:
+        if self._segment is not None:
+            self._leave(self._segment)
+            if self.settings.fsync == "interval" and self._dirty:
+                # Synced with the next interval's fsync, not now: a full-object record is about
+                # one segment, and forcing each to disk at once cost the serving core ~10 ms a call.
+                self._unsynced.append(self._segment)
+                self._dirty = False
+            else:
+                self.sync()
+                os.close(self._segment.fd)
+        path = self.directory / segment_name(first_seq)
+        seg = self._reuse(path, first_seq)
+        if seg is None:
+            seg = _Segment(path, os.open(path, os.O_WRONLY | os.O_CREAT, 0o666), first_seq, recycled=False)
+        self._segment = seg
+        if self.settings.fsync != "never":
+            _fsync_dir(self.directory)
+        return seg
+
+    def _reuse(self, path: Path, first_seq: int) -> _Segment | None:
+        """A free file renamed to `path`, its data ending at 0, or None when there is none."""
+        for number in reversed(free_files(self.directory)):  # the latest freed: its pages are likeliest cached
+            free = self.directory / free_name(number)
+            try:
+                fd = os.open(free, os.O_WRONLY)  # no O_TRUNC: the point is to keep its pages
+            except FileNotFoundError:
+                continue
+            try:
+                # Marked empty before it gets the name: a writer killed before its first write
+                # leaves an empty segment, not old frames under a new name.
+                os.pwrite(fd, end_marker(first_seq), 0)
+                os.rename(free, path)
+            except FileNotFoundError:  # deleted at the bound meanwhile
+                os.close(fd)
+                continue
+            size = os.fstat(fd).st_size
+            self._free = max(0, self._free - size)
+            return _Segment(path, fd, first_seq, recycled=True, size=size)
+        return None
+
+    def _leave(self, seg: _Segment) -> None:
+        """Done writing `seg`: cut at the end of its data when something may follow it (a recycled
+        file's marker and old bytes, a failed write's part), so that its size is its data."""
+        if not (seg.recycled or seg.failed):
+            return
+        try:
+            size = os.fstat(seg.fd).st_size
+            if size > seg.end:
+                os.ftruncate(seg.fd, seg.end)
+                self._disk -= size - seg.end
+        except OSError:  # left as it is, it is still read right (the marker ends it; a torn tail is counted)
+            pass
+        seg.size = seg.end
+
+    def maybe_sync(self) -> None:
+        policy = self.settings.fsync
+        if not (self._dirty or self._unsynced) or policy == "never":
+            return
+        if policy == "always" or time.monotonic() - self._synced >= self.settings.fsync_interval:
+            self.sync()
+
+    def sync(self) -> None:
+        self._sync_finished()
+        if self._segment is not None and self._dirty and self.settings.fsync != "never":
+            os.fsync(self._segment.fd)
+        self._dirty = False
+        self._synced = time.monotonic()
+
+    def _refresh_disk(self, force: bool) -> None:
+        # The recorder recycles and deletes finished segments; re-measure now and then (and
+        # at the bound, at most every 0.2 s) instead of on every append.
+        age = time.monotonic() - self._disk_checked
+        if age >= 1.0 or (force and age >= 0.2):
+            self._disk, self._free = disk_usage(self.root)
+            self._disk_checked = time.monotonic()
+
+    def _sync_finished(self) -> None:
+        """fsync the finished segments written since the last sync, and close them."""
+        for seg in self._unsynced:
+            try:  # still under its name? Else the recorder has stored all of it (and recycled or deleted it)
+                kept = os.stat(seg.path).st_ino == os.fstat(seg.fd).st_ino
+            except FileNotFoundError:
+                kept = False
+            if kept:
+                os.fsync(seg.fd)
+            os.close(seg.fd)
+        self._unsynced.clear()
+
+    def close(self) -> None:
+        self._sync_finished()  # a clean stop leaves everything on disk
+        if self._segment is not None:
+            self._leave(self._segment)
+            if self._dirty:
+                os.fsync(self._segment.fd)
+            os.close(self._segment.fd)
+            self._segment = None
+        os.close(self._lock_fd)
+
+
+IOV_MAX = 1024  # buffers per pwritev (Linux's UIO_MAXIOV)
+
+
+def pwrite_all(fd: int, buffers: list[bytes], offset: int) -> None:
+    """Write every buffer, in order, from `offset`, with as few pwritev calls as the kernel allows.
+
+    At an explicit offset rather than appending: a recycled segment is overwritten from its start."""
+    i = 0
+    while i < len(buffers):
+        group = buffers[i : i + IOV_MAX]
+        written = os.pwritev(fd, group, offset)
+        offset += written
+        for buf in group:  # a short write (a full disk, a signal): go on where it stopped
+            if written >= len(buf):
+                written -= len(buf)
+                i += 1
+                continue
+            rest = memoryview(buf)[written:]
+            while rest:
+                n = os.pwrite(fd, rest, offset)
+                offset += n
+                rest = rest[n:]
+            i += 1
+            break
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
