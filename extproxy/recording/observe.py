@@ -22,7 +22,7 @@ from .spool import (
 @dataclass
 class SpoolStatus:
     depth: int = 0  # records not yet committed to the database
-    bytes: int = 0  # bytes of those records (and of torn tails not yet skipped)
+    bytes: int = 0  # bytes of those records (and of torn tails not yet skipped, but for the last segment's)
     oldest_age: float = 0.0  # seconds since the oldest of them was appended
     disk_bytes: int = 0  # every segment file, drained or not, and the free files kept for reuse
 
@@ -35,7 +35,9 @@ def spool_status(root: Path, known_last_seq: dict[str, int] | None = None,
     (its last sequence number; its segment and the end of the data in it), so that its
     segment need not be read. Without them, the last segment of each directory is read
     through (its frames checked) for both: a recycled segment's size counts old bytes after
-    its data, so the size alone does not say where the data ends.
+    its data, so the size alone does not say where the data ends. (With `known_last_seq`
+    alone, `bytes` can count those old bytes: at most one segment's worth; depth and age
+    are right either way.)
     """
     status = SpoolStatus()
     now = time.time()
