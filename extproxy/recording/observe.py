@@ -88,12 +88,13 @@ def _free_bytes(directory: Path) -> int:
     """Bytes of a writer directory's free files (finished segments kept for reuse)."""
     total = 0
     try:
-        for e in os.scandir(directory):
-            if e.name.endswith(FREE_SUFFIX):
-                try:
-                    total += e.stat().st_size
-                except FileNotFoundError:
-                    continue
+        with os.scandir(directory) as entries:
+            for e in entries:
+                if e.name.endswith(FREE_SUFFIX):
+                    try:
+                        total += e.stat().st_size
+                    except FileNotFoundError:  # taken by its writer meanwhile
+                        continue
     except FileNotFoundError:
         pass
     return total

@@ -24,18 +24,23 @@ def disk_usage(root: Path) -> tuple[int, int]:
     """Bytes of every segment and free file under the spool root, and of the free files alone."""
     total = free = 0
     try:
-        writers = [e for e in os.scandir(root) if e.is_dir()]
+        with os.scandir(root) as entries:
+            writers = [e.path for e in entries if e.is_dir()]
     except FileNotFoundError:
         return 0, 0
     for w in writers:
         try:
-            for e in os.scandir(w.path):
-                if e.name.endswith(SEGMENT_SUFFIX):
-                    total += e.stat().st_size
-                elif e.name.endswith(FREE_SUFFIX):
-                    size = e.stat().st_size
+            with os.scandir(w) as entries:
+                for e in entries:
+                    is_free = e.name.endswith(FREE_SUFFIX)
+                    if not (is_free or e.name.endswith(SEGMENT_SUFFIX)):
+                        continue
+                    try:
+                        size = e.stat().st_size
+                    except FileNotFoundError:  # renamed meanwhile (recycled, reused): counted under its other name
+                        continue
                     total += size
-                    free += size
+                    free += size if is_free else 0
         except FileNotFoundError:
             continue
     return total, free
@@ -45,7 +50,8 @@ def drop_free_files(root: Path) -> int:
     """Delete every free file under the spool root (room for records at the bound); bytes freed."""
     freed = 0
     try:
-        writers = [e.path for e in os.scandir(root) if e.is_dir()]
+        with os.scandir(root) as entries:
+            writers = [e.path for e in entries if e.is_dir()]
     except FileNotFoundError:
         return 0
     for w in writers:
