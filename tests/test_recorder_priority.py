@@ -57,7 +57,7 @@ def test_the_recorder_runs_under_sched_idle_by_default(installation):
     inst = installation()
     inst.start_recorder("--exit-with-parent")  # a second thread: it watches the parent process
     pid, threads = draining(inst)
-    assert len(threads) == 2  # the policy reaches the threads started after it was set
+    assert len(threads) == 3  # main, parent watch, latency roll-up: the policy reaches threads started after it
     assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_IDLE}
     assert "SCHED_IDLE" in inst.recorder.output()
 
@@ -67,7 +67,7 @@ def test_sched_idle_can_be_turned_off_and_the_niceness_stays(installation, how):
     inst = installation(EXTPROXY_RECORDER_SCHED_IDLE="0") if how == "setting" else installation()
     inst.start_recorder("--nice", "7", "--exit-with-parent", *(["--no-sched-idle"] if how == "option" else []))
     pid, threads = draining(inst)
-    assert len(threads) == 2
+    assert len(threads) == 3
     assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_OTHER}
     assert {niceness(tid) for tid in threads} == {os.getpriority(os.PRIO_PROCESS, 0) + 7}
 

@@ -75,10 +75,10 @@ class Command(BaseCommand):
             signal.signal(sig, finish)
         if options["exit_with_parent"]:
             watch_parent("recorder", finish, stop)
-        log.info("recorder: draining %s (pid %d, %s)", root, os.getpid(), priority)
         # The dashboard's latency roll-up reads what this process writes: it runs here, at this
         # process's priority, rather than as a thread of the serving process beside the hot path.
         rollup.start()
+        log.info("recorder: draining %s (pid %d, %s)", root, os.getpid(), priority)  # every thread started
         try:
             drainer.until_idle = options["until_idle"]
             drainer.run()
