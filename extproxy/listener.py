@@ -12,8 +12,8 @@ Bounds: a request body over EXTPROXY_MAX_BODY_BYTES is refused with 413 as soon 
 known (Content-Length, or while reading a chunked body) and the connection is closed; one
 request at a time per connection (reading pauses when bytes of a next request arrive while one
 is served, so pipelined requests wait in the socket); an idle keep-alive connection is closed
-after IDLE_SECONDS; streamed answers (a reply over EXTPROXY_MAX_REPLY_BYTES) respect the transport's flow control.
-This module owns the socket side only; what a call does is the engine's.
+after IDLE_SECONDS; streamed answers (a reply over EXTPROXY_MAX_REPLY_BYTES) respect the
+transport's flow control. This module owns the socket side only; what a call does is the engine's.
 """
 from __future__ import annotations
 
