@@ -73,9 +73,9 @@ class Engine:
         self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
         self._combined = Combined(self.backends, parallel_filter=config.parallel_filter)
         self.offload_bytes = int(getattr(settings, "EXTPROXY_OFFLOAD_BYTES", 1024 * 1024))
-        self._durations: dict[tuple[str, Verb], object] = {}
+        self._durations: dict[tuple[str, str], object] = {}
 
-    def _backend_duration(self, backend: str, verb: Verb):
+    def _backend_duration(self, backend: str, verb: str):
         """The histogram child of (backend, verb): found once, not by its labels on every call."""
         child = self._durations.get((backend, verb))
         if child is None:
