@@ -194,3 +194,15 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         self._lost = True
         self._close()
+
+    def close_now(self) -> None:
+        """Closed without TLS's close_notify exchange: when the pool is closed (shutdown, a new
+        configuration), a TLS connection's graceful close needs the event loop after it may have
+        stopped, and leaves an unclosed transport behind. A plain one closes at once anyway."""
+        self._lost = True
+        if self.transport is None:
+            return
+        if self.transport.get_extra_info("ssl_object") is not None:
+            self.transport.abort()
+        else:
+            self.transport.close()

@@ -178,6 +178,7 @@ class HTTPBackend(Backend):
                 client.close()
             else:  # the heavy lane's: its connections are closed on its own loop
                 loop.call_soon_threadsafe(client.close)
+        await asyncio.sleep(0)  # the aborted connections' connection_lost runs before the loop stops
 
 
 def max_reply_bytes() -> int:

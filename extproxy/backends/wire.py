@@ -134,7 +134,7 @@ class Pool:
 
     def close(self) -> None:
         for conn in self._idle:
-            conn.close()
+            conn.close_now()
         self._idle.clear()
 
 
