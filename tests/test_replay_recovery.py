@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.conftest import fixture_bytes, pass_all
-from tests.processes import ROOT, Installation
+from tests.processes import ROOT, Installation, Postgres
 from tests.test_replay import NAMES
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,17 +31,32 @@ def wait_run(session: requests.Session, inst: Installation, run: int, what, time
         time.sleep(0.1)
 
 
+@pytest.fixture
+def postgres():
+    """A throwaway PostgreSQL server this test may stop (never the shared one)."""
+    cluster = Postgres()
+    yield cluster
+    cluster.close()
+
+
+def installation_with_admin(tmp_path, backend_url: str, database_url: str | None = None,
+                            **env: str) -> tuple[Installation, requests.Session]:
+    """A migrated, bootstrapped installation calling `backend_url`, and a session with the admin's token."""
+    inst = Installation(tmp_path, f"backends:\n- name: gpu\n  urlPrefix: {backend_url}/scheduler\n  filterVerb: filter\n"
+                                  "  nodeCacheCapable: true\n", database_url, **env)
+    inst.manage("migrate", "--noinput", "-v", "0")
+    inst.manage("bootstrap")
+    token = subprocess.run([sys.executable, "manage.py", "token", "admin"], cwd=ROOT, env=inst.env, check=True,
+                           capture_output=True, text=True).stdout.strip().split()[-1]
+    session = requests.Session()
+    session.headers["Authorization"] = f"Token {token}"
+    return inst, session
+
+
 def test_a_dead_processs_running_run_is_failed_and_its_waiting_run_taken_up(tmp_path, backend_server):
     backend = backend_server({"filter": pass_all})
-    inst = Installation(tmp_path, f"backends:\n- name: gpu\n  urlPrefix: {backend.url}/scheduler\n  filterVerb: filter\n"
-                                  "  nodeCacheCapable: true\n", EXTPROXY_REPLAY_STALE_SECONDS="2")
+    inst, session = installation_with_admin(tmp_path, backend.url, EXTPROXY_REPLAY_STALE_SECONDS="2")
     try:
-        inst.manage("migrate", "--noinput", "-v", "0")
-        inst.manage("bootstrap")
-        token = subprocess.run([sys.executable, "manage.py", "token", "admin"], cwd=ROOT, env=inst.env, check=True,
-                               capture_output=True, text=True).stdout.strip().split()[-1]
-        session = requests.Session()
-        session.headers["Authorization"] = f"Token {token}"
         inst.start_recorder("--nice", "0")
         inst.start_serving()
         for _ in range(4):
@@ -67,23 +82,13 @@ def test_a_dead_processs_running_run_is_failed_and_its_waiting_run_taken_up(tmp_
     assert (done["status"], done["total"], done["done"], done["errors"]) == ("done", 4, 4, 0)
 
 
-def test_background_threads_say_once_that_the_database_is_down_and_goes_on_when_it_is_back(tmp_path, backend_server):
+def test_background_threads_say_once_that_the_database_is_down_then_work_again(tmp_path, backend_server, postgres):
     """A database outage is one warning line from each of the replay watcher (serving process)
     and the latency roll-up (recorder process), no traceback every beat; afterwards they work
     again (a replay run is carried out)."""
-    from tests.processes import Postgres
-
     backend = backend_server({"filter": pass_all})
-    postgres = Postgres()
-    inst = Installation(tmp_path, f"backends:\n- name: gpu\n  urlPrefix: {backend.url}/scheduler\n  filterVerb: filter\n"
-                                  "  nodeCacheCapable: true\n", postgres.url, EXTPROXY_REPLAY_STALE_SECONDS="1")
+    inst, session = installation_with_admin(tmp_path, backend.url, postgres.url, EXTPROXY_REPLAY_STALE_SECONDS="1")
     try:
-        inst.manage("migrate", "--noinput", "-v", "0")
-        inst.manage("bootstrap")
-        token = subprocess.run([sys.executable, "manage.py", "token", "admin"], cwd=ROOT, env=inst.env, check=True,
-                               capture_output=True, text=True).stdout.strip().split()[-1]
-        session = requests.Session()
-        session.headers["Authorization"] = f"Token {token}"
         inst.start_recorder("--nice", "0")
         inst.start_serving()
         time.sleep(1)
@@ -97,7 +102,6 @@ def test_background_threads_say_once_that_the_database_is_down_and_goes_on_when_
         done = wait_run(session, inst, run, lambda r: r["status"] not in ("queued", "running"))
     finally:
         inst.close()
-        postgres.close()
 
     assert outage_log.count("replay: heartbeat or recovery failed, database unavailable") == 1, outage_log
     assert "Traceback" not in outage_log, outage_log
