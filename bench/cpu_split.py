@@ -18,7 +18,6 @@ that its work is counted with the calls that caused it and does not land in the 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import sqlite3
@@ -33,7 +32,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hop_costs import cpu_split  # noqa: E402
+from hop_costs import cpu_split, reference_config, start_reference  # noqa: E402
 from run import (BACKEND_CORE, HOST, PIN, PROXY_CORE, PYTHON, ROOT, UVICORN, build_bodies, free_port, pct,  # noqa: E402
                  pinned, proxy_env, stop, wait_http)
 
@@ -113,13 +112,8 @@ def main() -> int:
         if PIN:
             os.sched_setaffinity(0, {PROXY_CORE})
         ref_port, main_port, ext_port = free_port(), free_port(), free_port()
-        ref = subprocess.Popen(pinned([PYTHON, str(ROOT / "bench" / "refbackend.py"), "--port", str(ref_port)], BACKEND_CORE), cwd=ROOT)
-        wait_http(f"http://{HOST}:{ref_port}/", ref, "reference backend")
-        config = tmp / "extproxy.json"
-        config.write_text(json.dumps({"backends": [{"name": "ref", "urlPrefix": f"http://{HOST}:{ref_port}/ext",
-                                                    "filterVerb": "filter", "weight": 1, "httpTimeout": "5s",
-                                                    "nodeCacheCapable": MODE == "names"}],
-                                      "recording": {"enabled": RECORDING}}))
+        ref = start_reference(ref_port)
+        config = reference_config(tmp, ref_port, node_cache_capable=MODE == "names", recording=RECORDING)
         env = proxy_env(config, tmp)
         database = tmp / "extproxy.sqlite3"
         env["EXTPROXY_EXTENDER_PORT"] = str(ext_port)

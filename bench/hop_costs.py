@@ -124,6 +124,23 @@ async def servers(main_url: str, listener_url: str, body: bytes, pid: int) -> No
               + f"  [user {user / len(lat) * 1e6:.0f} us + kernel {system / len(lat) * 1e6:.0f} us]")
 
 
+def start_reference(port: int) -> subprocess.Popen:
+    """bench/refbackend.py on the backend's core, answering."""
+    ref = subprocess.Popen(pinned([PYTHON, str(ROOT / "bench" / "refbackend.py"), "--port", str(port)], BACKEND_CORE), cwd=ROOT)
+    wait_http(f"http://{HOST}:{port}/", ref, "reference backend")
+    return ref
+
+
+def reference_config(tmp: Path, ref_port: int, node_cache_capable: bool, recording: bool) -> Path:
+    """An extproxy configuration file with the one backend `ref` in front of the reference backend."""
+    config = tmp / "extproxy.json"
+    config.write_text(json.dumps({"backends": [{"name": "ref", "urlPrefix": f"http://{HOST}:{ref_port}/ext",
+                                                "filterVerb": "filter", "weight": 1, "httpTimeout": "5s",
+                                                "nodeCacheCapable": node_cache_capable}],
+                                  "recording": {"enabled": recording}}))
+    return config
+
+
 def main() -> int:
     import uvloop
 
@@ -134,13 +151,8 @@ def main() -> int:
         if PIN:
             os.sched_setaffinity(0, {PROXY_CORE})
         ref_port, main_port, ext_port = free_port(), free_port(), free_port()
-        ref = subprocess.Popen(pinned([PYTHON, str(ROOT / "bench" / "refbackend.py"), "--port", str(ref_port)], BACKEND_CORE), cwd=ROOT)
-        wait_http(f"http://{HOST}:{ref_port}/", ref, "reference backend")
-        config = tmp / "extproxy.json"
-        config.write_text(json.dumps({"backends": [{"name": "ref", "urlPrefix": f"http://{HOST}:{ref_port}/ext",
-                                                    "filterVerb": "filter", "weight": 1, "httpTimeout": "5s",
-                                                    "nodeCacheCapable": True}],
-                                      "recording": {"enabled": False}}))
+        ref = start_reference(ref_port)
+        config = reference_config(tmp, ref_port, node_cache_capable=True, recording=False)
         env = proxy_env(config, tmp)
         env["EXTPROXY_EXTENDER_PORT"] = str(ext_port)
         subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
