@@ -45,7 +45,7 @@ def test_it_generates_a_secret_key_into_the_data_directory_once(tmp_path):
 
 def test_it_agrees_on_one_key_when_processes_start_together(tmp_path):
     code = "import django; django.setup(); " + PRINT_KEY_HASH
-    env = django_env(EXTPROXY_DATA_DIR=str(tmp_path / "shared"))
+    env = django_env(EXTPROXY_DATA_DIR=str(tmp_path / "data-of-both"))
     processes = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
                  for _ in range(4)]
     hashes = {p.communicate(timeout=60)[0].strip() for p in processes}
