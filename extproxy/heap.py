@@ -3,8 +3,8 @@
 glibc serves an allocation above its mmap threshold (128 KiB at start) with a fresh mmap and
 returns it with munmap when it is freed, so the next one page-faults and zeroes every 4 KiB page
 again. A full-object call moves ~3 MB bodies through 64-256 KiB reads and their joins, four times
-(request in and out, reply in and out): the serving process spent about 8.6 ms of kernel time per
-full N=1000 call doing that, against 2.0 ms with large buffers kept on the heap (bench/README.md).
+(request in and out, reply in and out): the serving process spent about 8.7 ms of kernel time per
+full N=1000 call doing that, against 2.9 ms with large buffers kept on the heap (bench/README.md).
 glibc raises the threshold by itself after such a free, but only up to the size just freed and
 with a trim threshold that hands the top of the heap back again at the next free.
 
