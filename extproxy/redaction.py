@@ -32,8 +32,18 @@ def _names(patterns: tuple[str, ...]) -> re.Pattern[str]:
 
 
 @lru_cache(maxsize=32)
-def _names_bytes(patterns: tuple[str, ...]) -> re.Pattern[bytes]:
-    return re.compile(_names(patterns).pattern.encode(), re.IGNORECASE)
+def _names_bytes(patterns: tuple[str, ...]) -> tuple[re.Pattern[bytes], bool]:
+    """The names as a bytes regex, and whether it is to be run over the lowered bytes.
+
+    Python's case-insensitive search of an alternation is slow: ~240 us over a 3.7 kB Pod with
+    the default names, against ~30 us for a plain search of the lowered bytes. The two find the
+    same for a pattern that has no capital letter and no escape (an escape such as \\S would
+    change its meaning if lowered); other patterns keep the case-insensitive search.
+    """
+    pattern = _names(patterns).pattern
+    if pattern == pattern.lower() and "\\" not in pattern:
+        return re.compile(pattern.encode()), True
+    return re.compile(pattern.encode(), re.IGNORECASE), False
 
 
 _ENV_JSON = re.compile(r'("name"\s*:\s*"((?:[^"\\]|\\.){0,256})"\s*,\s*"value"\s*:\s*")((?:[^"\\]|\\.)*)(")')
@@ -67,11 +77,18 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
             return m.group(0)[: m.start(5) - m.start(0)] + REDACTED + m.group(4)
         return m.group(0)
 
-    text = _ENV_JSON.sub(env_entry, text)
-    text = _QUOTED_PAIR.sub(quoted_pair, text)
-    text = _plain_pair(rules.name_patterns).sub(rf"\g<1>{REDACTED}", text)
+    # Each expression is run only where the character it cannot match without is present: most
+    # texts (annotation values, arguments) have none, and five case-insensitive passes over
+    # each were a tenth of recording a new Pod.
+    if '"' in text or "'" in text:
+        text = _ENV_JSON.sub(env_entry, text)
+        text = _QUOTED_PAIR.sub(quoted_pair, text)
+    if "=" in text or ":" in text:
+        text = _plain_pair(rules.name_patterns).sub(rf"\g<1>{REDACTED}", text)
     text = _CREDENTIAL.sub(rf"\1\2{REDACTED}", text)
-    return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
+    if "://" in text:
+        text = _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
+    return text
 
 
 def redact_object(obj: Any, rules: RedactionConfig) -> Any:
@@ -146,6 +163,7 @@ def needs_redaction(raw: bytes, rules: RedactionConfig) -> bool:
     names = rules.drop_annotations + rules.redact_annotations + rules.redact_labels
     if any(name.encode() in raw for name in names):
         return True
-    if _names_bytes(rules.name_patterns).search(raw):
+    pattern, lowered = _names_bytes(rules.name_patterns)
+    if pattern.search(raw.lower() if lowered else raw):
         return True
     return b'"env"' in raw or b'"args"' in raw or b'"command"' in raw or b"://" in raw

@@ -142,3 +142,29 @@ def test_it_redacts_a_backends_error_body_before_storing_and_streaming(backend_s
     assert call["outcome"] == "error" and "invalid pod" in call["error"] and "hunter2" not in call["error"]
     assert "hunter2" not in Call.objects.get().error
     assert published and all("hunter2" not in json.dumps(summary) for summary in published)
+
+
+@pytest.mark.parametrize(
+    "patterns, raw, expected",
+    [
+        (RULES.name_patterns, b'{"metadata":{"annotations":{"X-DB-PASSWORD":"x"}}}', True),  # capitals, default names
+        (RULES.name_patterns, b'{"metadata":{"annotations":{"Api_Key":"x"}}}', True),
+        (RULES.name_patterns, b'{"metadata":{"name":"node-1","labels":{"zone":"a"}}}', False),
+        (("ticket\\d+",), b'{"metadata":{"labels":{"TICKET42":"x"}}}', True),  # an escape: searched case-insensitively
+        (("ticket\\d+",), b'{"metadata":{"labels":{"TICKETS":"x"}}}', False),
+        (("Vault",), b'{"metadata":{"labels":{"vault":"x"}}}', True),  # a capital in the pattern
+    ],
+)
+def test_the_byte_test_finds_names_in_any_case(patterns, raw, expected):
+    from extproxy.redaction import needs_redaction
+
+    assert needs_redaction(raw, RedactionConfig(name_patterns=patterns, drop_annotations=())) is expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"name": "DB_PASSWORD", "value": "hunter2"}', "'token': 'hunter2'", "password=hunter2", "Bearer hunter2hunter2",
+     "postgres://app:hunter2@db/x", "TOKEN:hunter2"],
+)
+def test_free_text_is_redacted_whichever_of_the_checks_lets_it_through(text):
+    assert "hunter2" not in redact_text(text, RULES)
