@@ -162,3 +162,54 @@ def test_a_remembered_reply_that_carries_node_objects_still_marks_them_used(tran
     assert used_first and used_again == used_first
     assert (again.response_body, again.decisions_blob) == (first.response_body, first.decisions_blob)
     assert again._node_pairs == first._node_pairs and first._node_pairs[1]
+
+
+def test_a_request_body_seen_again_is_stored_from_the_body_cache_as_made_afresh():
+    body = fixture_bytes("filter-request.nodecache-true.json")
+    rules = RedactionConfig()
+    nodes = NodeDeduper(rules)
+
+    first = nodes.stored_body(body)
+    again = nodes.stored_body(body)
+
+    assert first == again
+    assert zlib.decompress(again) == compact_body(body, rules, NodeDeduper(rules))
+    # The second call did not redact the Pod again: the whole stored form was remembered.
+    assert (nodes.redact_field.misses, nodes.redact_field.hits) == (1, 0)
+
+
+def test_a_body_with_node_objects_is_made_again_so_its_nodes_are_marked_used_each_time():
+    body = fixture_bytes("filter-request.nodecache-false.json")
+    nodes = NodeDeduper(RedactionConfig())
+
+    nodes.stored_body(body)
+    first_new, first_used = nodes.take_batch()
+    nodes.stored_body(body)
+    second_new, second_used = nodes.take_batch()
+
+    assert len(first_new) == 5 and first_used == set(first_new)
+    assert not second_new and second_used == first_used
+
+
+def test_the_body_cache_keeps_at_most_its_bound(monkeypatch):
+    from extproxy.recording import blobs
+
+    monkeypatch.setattr(blobs, "STORED_BODY_CACHE_BYTES", 4096)
+    template = json.loads(fixture_bytes("filter-request.nodecache-true.json"))
+    nodes = NodeDeduper(RedactionConfig())
+    for i in range(50):
+        template["Pod"]["metadata"]["name"] = f"pod-{i}"
+        nodes.stored_body(json.dumps(template).encode())
+        assert nodes._stored_bytes <= 4096
+    assert 0 < len(nodes._stored) < 50
+
+
+def test_a_body_larger_than_the_limit_is_not_remembered(monkeypatch):
+    from extproxy.recording import blobs
+
+    monkeypatch.setattr(blobs, "STORED_BODY_MAX", 100)
+    body = fixture_bytes("filter-request.nodecache-true.json")
+    nodes = NodeDeduper(RedactionConfig())
+    nodes.stored_body(body)
+    nodes.stored_body(body)
+    assert not nodes._stored and nodes.redact_field.misses + nodes.redact_field.hits == 2

@@ -63,6 +63,8 @@ class _NamedObject(msgspec.Struct):
 
 
 REDACTION_CACHE_BYTES = 32 << 20  # redacted Pods remembered, by their size (+ key and marks)
+STORED_BODY_CACHE_BYTES = 16 << 20  # stored forms of whole bodies remembered (NodeDeduper.stored_body)
+STORED_BODY_MAX = 64 << 10  # a body larger than this is not remembered (full-object bodies: Node references)
 
 
 class RedactionCache:
@@ -118,6 +120,8 @@ class NodeDeduper:
         self._canonical: OrderedDict[bytes, tuple[str, str]] = OrderedDict()  # raw digest -> (sha, name)
         self._exact: OrderedDict[bytes, tuple[str, tuple[str, ...]]] = OrderedDict()  # raw digest -> (key, marks)
         self._cache_size = cache_size
+        self._stored: OrderedDict[bytes, bytes] = OrderedDict()  # body digest -> stored form (stored_body)
+        self._stored_bytes = 0
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
             redaction_cache_bytes,
@@ -177,6 +181,31 @@ class NodeDeduper:
         self.batch.setdefault(sha, (name[:253], raw))
         self.used.add(sha)
         return sha, []
+
+    def stored_body(self, body: bytes) -> bytes:
+        """compress(compact_body(body)): the form a body is stored in, remembered by the body's
+        SHA-256 when it refers to no Node object (those must be marked used by every call).
+
+        The same request bytes arrive again and again: filter and prioritize send one
+        ExtenderArgs body, and a Pending Pod's every retry sends it once more. Decoding,
+        splicing and compressing it was a third of a names-mode call's recording. Bounded by
+        STORED_BODY_CACHE_BYTES (least recently used out first).
+        """
+        if len(body) > STORED_BODY_MAX:
+            return compress(compact_body(body, self.rules, self))
+        key = hashlib.sha256(body).digest()
+        known = self._stored.get(key)
+        if known is not None:
+            self._stored.move_to_end(key)
+            return known
+        refs = self.refs
+        blob = compress(compact_body(body, self.rules, self))
+        if self.refs == refs:
+            self._stored[key] = blob
+            self._stored_bytes += len(blob) + 96
+            while self._stored_bytes > STORED_BODY_CACHE_BYTES:
+                self._stored_bytes -= len(self._stored.popitem(last=False)[1]) + 96
+        return blob
 
     def take_batch(self) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
         """The new nodes and every node referred to since the last call."""

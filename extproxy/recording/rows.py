@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from datetime import datetime, timezone
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -39,6 +40,7 @@ NON_200_BODY_BYTES = 4096  # of a non-200 reply, kept in the error text
 
 Built = tuple["Call", list["BackendCall"]]
 REMEMBER_BYTES = 8192  # a stored blob larger than this is made again for each call
+_RESULT = attrgetter("result")
 VERDICTS = VerdictMemo()  # filter and prioritize verdicts by what decides them (verdicts.py)
 
 
@@ -71,9 +73,14 @@ def read_request(trace: Trace) -> dict[str, Any]:
     ident: dict[str, Any] = {"namespace": "", "name": "", "uid": "", "nodes": []}
     try:
         if trace.verb in ("filter", "prioritize"):
-            split = protocol.split_extender_args(trace.request_body, keep_items=False)
-            ns, name, uid = split.pod_identity
-            ident.update(namespace=ns, name=name, uid=uid, nodes=split.node_names, names_mode=split.names_mode)
+            # The parts, not split_extender_args: that decodes the whole Pod, which is not read here.
+            parts = protocol.read_extender_args(trace.request_body, keep_items=False)
+            ns, name, uid = parts.pod_identity
+            if parts.node_names is not None or parts.nodes is None:  # NodeNames wins, as in split_extender_args
+                nodes, names_mode = parts.node_names or [], True
+            else:
+                nodes, names_mode = parts.nodes.names, False
+            ident.update(namespace=ns, name=name, uid=uid, nodes=nodes, names_mode=names_mode)
         elif trace.verb == "bind":
             args = protocol.decode_binding_args(trace.request_body)
             ident.update(namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, nodes=[args.node])
@@ -159,7 +166,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
     stage = _Stage()
     try:
         ident = read_request(trace)
-        request_blob = compress(compact_body(trace.request_body, rules, nodes))
+        request_blob = _stored(trace.request_body, rules, nodes)
         stage.kind = "undecodable-reply"
         verdict = judge_reply(trace, ident)
         outcome, error, findings, decisions = _outcome(trace, verdict)
@@ -179,7 +186,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         raise Undecodable(stage.kind, exc) from exc
     if "request_error" in ident:
         findings.append({"kind": "bad-request", "detail": ident["request_error"]})
-    counts = Counter(d.result for d in decisions)
+    counts = _remembered(extras, "counts", nodes, lambda: Counter(map(_RESULT, decisions)))
     call = Call(
         call_id=trace.call_id,
         verb=trace.verb,
@@ -208,6 +215,13 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
     return call, children
 
 
+def _stored(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
+    """The stored form of a body; remembered by `nodes` when it redacts by the same rules."""
+    if rules is nodes.rules:
+        return nodes.stored_body(body)
+    return compress(compact_body(body, rules, nodes))
+
+
 def _remembered(extras: dict | None, key: Any, nodes: NodeDeduper, make: Any) -> Any:
     """make(), kept in a held verdict's extras when it is small and refers to no Node object
     (those must be marked used by every call that refers to them)."""
@@ -225,7 +239,7 @@ def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stag
 
     stage.kind = "undecodable-request"
     ident = read_request(child)
-    request_blob = compress(compact_body(child.request_body, rules, nodes))
+    request_blob = _stored(child.request_body, rules, nodes)
     stage.kind = "undecodable-reply"
     c_outcome, c_error, c_findings, c_decisions = _outcome(child, judge_reply(child, ident))
     kid = BackendCall(
@@ -238,7 +252,7 @@ def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stag
         error=redact_text(c_error, rules)[:MAX_ERROR_TEXT],
         findings=bounded_findings(c_findings + list(child.findings)),
         request_body=request_blob,
-        response_body=compress(compact_body(child.response_body, rules, nodes)),
+        response_body=_stored(child.response_body, rules, nodes),
         decisions_blob=compress(msgspec.json.encode(c_decisions)),
     )
     return kid, c_decisions
