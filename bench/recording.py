@@ -15,6 +15,7 @@ A report, not a test (see bench/README.md, "Recording"). Two measurements per da
     .venv/bin/python bench/recording.py                     # both databases, 60 s each
     BENCH_RECORDING_SECONDS=300 .venv/bin/python bench/recording.py   # the issue's 5 minutes
     .venv/bin/python bench/recording.py --db sqlite --pin   # proxy tree + client on CPU 0, backend on CPU 1
+    .venv/bin/python bench/recording.py --pin --sustained-only --seconds 300 --rate 2000   # the issue's run
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 SECONDS = float(os.environ.get("BENCH_RECORDING_SECONDS", "60"))
 CALLS = int(os.environ.get("BENCH_RECORDING_CALLS", "20000"))
 CONCURRENCY = 8
+RATE = float(os.environ.get("BENCH_RECORDING_RATE", "0"))  # calls/s offered in all; 0: as fast as served
+SPOOL_BYTES = int(os.environ.get("BENCH_RECORDING_SPOOL_BYTES", "0"))  # EXTPROXY_SPOOL_MAX_BYTES; 0: its default
 PODS = 1000  # distinct pods cycled through, as a busy cluster sends them
 
 
@@ -109,6 +112,8 @@ def environment(tmp: Path, db: Database, ref_port: int) -> dict[str, str]:
         "name": "ref-names", "urlPrefix": f"http://{HOST}:{ref_port}/ext", "filterVerb": "filter",
         "nodeCacheCapable": True, "httpTimeout": "5s"}]}))
     env = dict(proxy_env(config, tmp), **db.env, EXTPROXY_SPOOL_DIR=str(tmp / "spool"))
+    if SPOOL_BYTES:
+        env["EXTPROXY_SPOOL_MAX_BYTES"] = str(SPOOL_BYTES)
     subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
     return env
 
@@ -188,7 +193,16 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float, pids:
     async def worker(session: aiohttp.ClientSession, offset: int) -> None:
         nonlocal answered, failed
         i = offset
+        # With RATE, each worker sends on a schedule of RATE/CONCURRENCY calls a second (a late
+        # call goes at once, so a slow proxy shows as a rate below RATE, not as a pause).
+        period = CONCURRENCY / RATE if RATE else 0.0
+        due = time.monotonic() + period * offset / CONCURRENCY
         while time.monotonic() < deadline:
+            if period:
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                due += period
             async with session.post(url, data=requests[i % len(requests)]) as response:
                 await response.read()
                 if response.status == 200:
@@ -226,6 +240,7 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float, pids:
         "written": now.get("extproxy_recorder_written_total", 0), "tail_s": tail_s,
         "max_depth": max((s.get("extproxy_spool_depth", 0) for s in samples), default=0),
         "max_age": max((s.get("extproxy_spool_oldest_age_seconds", 0) for s in samples), default=0),
+        "max_disk": max((s.get("extproxy_spool_disk_bytes", 0) for s in samples), default=0),
         "dropped": dropped, "raw": now.get("extproxy_recorder_raw_total", 0), "rss": rss,
     }
 
@@ -261,9 +276,15 @@ def main() -> int:
     parser.add_argument("--pin", action="store_true", help="extproxy, the recorder and this client on CPU 0; backend on CPU 1")
     parser.add_argument("--sustained-only", action="store_true", help="skip the drain-alone measurement")
     parser.add_argument("--seconds", type=float, default=None, help="sustained load duration (BENCH_RECORDING_SECONDS)")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="calls/s offered by the c=8 client in all (BENCH_RECORDING_RATE; default: as fast as served)")
+    parser.add_argument("--spool-bytes", type=int, default=None,
+                        help="the spool's bound for this run (BENCH_RECORDING_SPOOL_BYTES; default: extproxy's)")
     args = parser.parse_args()
-    global SECONDS
+    global SECONDS, RATE, SPOOL_BYTES
+    SPOOL_BYTES = args.spool_bytes if args.spool_bytes is not None else SPOOL_BYTES
     SECONDS = args.seconds or SECONDS
+    RATE = args.rate if args.rate is not None else RATE
     kinds = ["sqlite", "postgres"] if args.db == "both" else [args.db]
     if args.pin:
         os.sched_setaffinity(0, {0})
@@ -281,13 +302,14 @@ def main() -> int:
                     f"{alone['run_s'] - alone['startup_s']:.1f} s after a {alone['startup_s']:.1f} s start-up)")
             log(f"{kind}: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             log(f"{kind}: names N=100 c={CONCURRENCY} for {SECONDS:.0f} s through extproxy + recorder"
-                f"{' (pinned)' if args.pin else ''}")
+                f"{f', {RATE:.0f} calls/s offered' if RATE else ''}{' (pinned)' if args.pin else ''}"
+                f"{f', spool bound {SPOOL_BYTES / 2**30:.1f} GiB' if SPOOL_BYTES else ''}")
             r = sustained(kind, requests, ref_port, args.pin)
             log(f"{kind}: served {r['answered']} calls in {r['load_s']:.1f} s = {r['serving_rate']:.0f}/s "
                 f"({r['failed']} failed); written during the load {r['written_during_load']:.0f} "
                 f"({r['written_during_load'] / r['load_s']:.0f}/s); all {r['written']:.0f} written "
                 f"{r['tail_s']:.1f} s after the load ({r['recorded_rate']:.0f}/s overall); spool depth max "
-                f"{r['max_depth']:.0f}, oldest age max {r['max_age']:.1f} s; dropped {r['dropped'] or 0}; raw {r['raw']:.0f}")
+                f"{r['max_depth']:.0f} ({r['max_disk'] / 2**20:.0f} MiB on disk), oldest age max {r['max_age']:.1f} s; dropped {r['dropped'] or 0}; raw {r['raw']:.0f}")
             for name, series in r["rss"].items():
                 if series:
                     tenth = max(1, len(series) // 10)
