@@ -191,12 +191,9 @@ def test_a_body_with_node_objects_is_made_again_so_its_nodes_are_marked_used_eac
     assert not second_new and second_used == first_used
 
 
-def test_the_body_cache_keeps_at_most_its_bound(monkeypatch):
-    from extproxy.recording import blobs
-
-    monkeypatch.setattr(blobs, "STORED_BODY_CACHE_BYTES", 4096)
+def test_the_body_cache_keeps_at_most_its_bound():
     template = json.loads(fixture_bytes("filter-request.nodecache-true.json"))
-    nodes = NodeDeduper(RedactionConfig())
+    nodes = NodeDeduper(RedactionConfig(), stored_body_bytes=4096)
     for i in range(50):
         template["Pod"]["metadata"]["name"] = f"pod-{i}"
         nodes.stored_body(json.dumps(template).encode())

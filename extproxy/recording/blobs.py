@@ -112,7 +112,8 @@ class NodeDeduper:
     """
 
     def __init__(self, rules: RedactionConfig, cache_size: int = 100_000,
-                 redaction_cache_bytes: int = REDACTION_CACHE_BYTES) -> None:
+                 redaction_cache_bytes: int = REDACTION_CACHE_BYTES,
+                 stored_body_bytes: int = STORED_BODY_CACHE_BYTES) -> None:
         self.rules = rules
         self.batch: dict[str, tuple[str, bytes]] = {}  # canonical sha -> (name, json)
         self.used: set[str] = set()  # every canonical sha the batch referred to
@@ -122,6 +123,7 @@ class NodeDeduper:
         self._cache_size = cache_size
         self._stored: OrderedDict[bytes, bytes] = OrderedDict()  # body digest -> stored form (stored_body)
         self._stored_bytes = 0
+        self._stored_max = stored_body_bytes
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
             redaction_cache_bytes,
@@ -189,7 +191,7 @@ class NodeDeduper:
         The same request bytes arrive again and again: filter and prioritize send one
         ExtenderArgs body, and a Pending Pod's every retry sends it once more. Decoding,
         splicing and compressing it was a third of a names-mode call's recording. Bounded by
-        STORED_BODY_CACHE_BYTES (least recently used out first).
+        `stored_body_bytes` (least recently used out first).
         """
         if len(body) > STORED_BODY_MAX:
             return compress(compact_body(body, self.rules, self))
@@ -203,7 +205,7 @@ class NodeDeduper:
         if self.refs == refs:
             self._stored[key] = blob
             self._stored_bytes += len(blob) + 96
-            while self._stored_bytes > STORED_BODY_CACHE_BYTES:
+            while self._stored_bytes > self._stored_max:
                 self._stored_bytes -= len(self._stored.popitem(last=False)[1]) + 96
         return blob
 

@@ -43,7 +43,9 @@ MAX_CALLS_PER_RUN = 100_000
 # A replay's Pods are mostly distinct (one per original call; the same Pod again only within one
 # scheduling attempt), so the recorder's Pod cache (32 MiB) would only grow with the batch:
 # a small one (the repeats of one attempt are close together) keeps a batch's memory level.
+# The same holds for the recorder's cache of whole stored request bodies.
 REDACTION_CACHE_BYTES = 64 << 10
+STORED_BODY_CACHE_BYTES = 64 << 10
 PROGRESS_EVERY = 0.5  # seconds between progress saves of a run
 
 
@@ -97,7 +99,8 @@ class Replayer:
         self._engines: dict[str, Any] = {}
         self._capture: dict[str, CaptureRecorder] = {}
         self.redaction = config.redaction
-        self.nodes = NodeDeduper(config.redaction, redaction_cache_bytes=REDACTION_CACHE_BYTES)
+        self.nodes = NodeDeduper(config.redaction, redaction_cache_bytes=REDACTION_CACHE_BYTES,
+                                 stored_body_bytes=STORED_BODY_CACHE_BYTES)
         self.attempts = AttemptTracker(max_pods=1)
 
     def engine_for(self, original: Original):
