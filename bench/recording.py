@@ -315,6 +315,10 @@ def main() -> int:
                     tenth = max(1, len(series) // 10)
                     log(f"{kind}: RSS {name} MiB: first 10% mean {sum(series[:tenth]) / tenth / 1024:.1f}, last 10% mean "
                         f"{sum(series[-tenth:]) / tenth / 1024:.1f}, max {max(series) / 1024:.1f}")
+                    # The shape (levelling off or still rising), not only the ends: the mean of each tenth.
+                    chunks = [series[k * tenth:(k + 1) * tenth] for k in range(min(10, len(series) // tenth))]
+                    means = [sum(chunk) / len(chunk) / 1024 for chunk in chunks]
+                    log(f"{kind}: RSS {name} MiB by tenth of the load: {' '.join(f'{m:.1f}' for m in means)}")
             log(f"{kind}: rows in extproxy_call {r['rows']} (answered {r['answered']}); load average "
                 f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             missing = r["answered"] - r["rows"] - sum(r["dropped"].values())
