@@ -65,7 +65,7 @@ def test_the_redaction_cache_keeps_at_most_its_bound_least_recently_used_out_fir
     values = [b"%04d" % i + b"a" * 200 for i in range(100)]
     for value in values:
         assert cache("Pod", value) == (value.upper(), ["x redacted"])
-        assert cache.bytes <= 8 * 1024
+        assert cache.kept_bytes <= 8 * 1024
     cache("Pod", values[-1])  # recent: still there
     cache("Pod", values[0])  # long gone: computed again
     assert calls.count(values[-1]) == 1 and calls.count(values[0]) == 2
@@ -193,12 +193,12 @@ def test_a_body_with_node_objects_is_made_again_so_its_nodes_are_marked_used_eac
 
 def test_the_body_cache_keeps_at_most_its_bound():
     template = json.loads(fixture_bytes("filter-request.nodecache-true.json"))
-    nodes = NodeDeduper(RedactionConfig(), stored_body_bytes=4096)
+    nodes = NodeDeduper(RedactionConfig(), stored_body_bytes=32 << 10)
     for i in range(50):
         template["Pod"]["metadata"]["name"] = f"pod-{i}"
         nodes.stored_body(json.dumps(template).encode())
-        assert nodes._stored_bytes <= 4096
-    assert 0 < len(nodes._stored) < 50
+        assert nodes.stored.bytes <= 32 << 10
+    assert 0 < len(nodes.stored) < 50
 
 
 def test_a_body_larger_than_the_limit_is_not_remembered(monkeypatch):
@@ -209,4 +209,4 @@ def test_a_body_larger_than_the_limit_is_not_remembered(monkeypatch):
     nodes = NodeDeduper(RedactionConfig())
     nodes.stored_body(body)
     nodes.stored_body(body)
-    assert not nodes._stored and nodes.redact_field.misses + nodes.redact_field.hits == 2
+    assert not len(nodes.stored) and nodes.redact_field.misses + nodes.redact_field.hits == 2

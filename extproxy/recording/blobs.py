@@ -67,38 +67,62 @@ STORED_BODY_CACHE_BYTES = 16 << 20  # stored forms of whole bodies remembered (N
 STORED_BODY_MAX = 64 << 10  # a body larger than this is not remembered (full-object bodies: Node references)
 
 
+class BytesBoundedLRU:
+    """Values by key, bounded by the bytes they are said to take (least recently used out
+    first); a single value larger than an eighth of the bound is not kept."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: bytes) -> tuple[bool, Any]:
+        """(found, value)."""
+        known = self._items.get(key)
+        if known is None:
+            return False, None
+        self._items.move_to_end(key)
+        return True, known[0]
+
+    def put(self, key: bytes, value: Any, size: int) -> None:
+        if size > self.max_bytes // 8 or key in self._items:
+            return
+        self._items[key] = (value, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            self.bytes -= self._items.popitem(last=False)[1][1]
+
+
 class RedactionCache:
     """A bodyformat.Redactor that remembers its answers by (field, SHA-256 of the bytes).
 
     The same Pod bytes arrive many times (filter, prioritize, bind, each backend, and again on
     every retry while the Pod is Pending); redacting and diffing it is most of what recording
-    a names-mode call costs. Bounded by the bytes it keeps (least recently used out first); a
-    single answer larger than an eighth of the bound is not kept.
+    a names-mode call costs. Bounded by the bytes it keeps (BytesBoundedLRU).
     """
 
     def __init__(self, redact: bodyformat.Redactor, max_bytes: int) -> None:
         self._redact = redact
-        self._max_bytes = max_bytes
-        self._answers: OrderedDict[bytes, tuple[tuple[bytes, list[str]] | None, int]] = OrderedDict()
-        self.bytes = 0
+        self._answers = BytesBoundedLRU(max_bytes)
         self.hits = self.misses = 0
+
+    @property
+    def kept_bytes(self) -> int:
+        return self._answers.bytes
 
     def __call__(self, name: str, value: bytes) -> tuple[bytes, list[str]] | None:
         key = name.encode() + b"\0" + hashlib.sha256(value).digest()
-        known = self._answers.get(key)
-        if known is not None:
-            self._answers.move_to_end(key)
+        found, answer = self._answers.get(key)
+        if found:
             self.hits += 1
-            answer = known[0]
             return None if answer is None else (answer[0], list(answer[1]))
         self.misses += 1
         answer = self._redact(name, value)
         size = 128 + len(key) + (0 if answer is None else len(answer[0]) + sum(len(m) + 64 for m in answer[1]))
-        if size <= self._max_bytes // 8:
-            self._answers[key] = (None if answer is None else (answer[0], list(answer[1])), size)
-            self.bytes += size
-            while self.bytes > self._max_bytes:
-                self.bytes -= self._answers.popitem(last=False)[1][1]
+        self._answers.put(key, None if answer is None else (answer[0], list(answer[1])), size)
         return answer
 
 
@@ -121,9 +145,7 @@ class NodeDeduper:
         self._canonical: OrderedDict[bytes, tuple[str, str]] = OrderedDict()  # raw digest -> (sha, name)
         self._exact: OrderedDict[bytes, tuple[str, tuple[str, ...]]] = OrderedDict()  # raw digest -> (key, marks)
         self._cache_size = cache_size
-        self._stored: OrderedDict[bytes, bytes] = OrderedDict()  # body digest -> stored form (stored_body)
-        self._stored_bytes = 0
-        self._stored_max = stored_body_bytes
+        self.stored = BytesBoundedLRU(stored_body_bytes)  # body digest -> stored form (stored_body)
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
             redaction_cache_bytes,
@@ -196,17 +218,13 @@ class NodeDeduper:
         if len(body) > STORED_BODY_MAX:
             return compress(compact_body(body, self.rules, self))
         key = hashlib.sha256(body).digest()
-        known = self._stored.get(key)
-        if known is not None:
-            self._stored.move_to_end(key)
-            return known
+        found, blob = self.stored.get(key)
+        if found:
+            return blob
         refs = self.refs
         blob = compress(compact_body(body, self.rules, self))
         if self.refs == refs:
-            self._stored[key] = blob
-            self._stored_bytes += len(blob) + 96
-            while self._stored_bytes > self._stored_max:
-                self._stored_bytes -= len(self._stored.popitem(last=False)[1]) + 96
+            self.stored.put(key, blob, len(blob) + 96)
         return blob
 
     def take_batch(self) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
