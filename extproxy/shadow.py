@@ -35,7 +35,7 @@ from .backends import Backend, build_backend
 from .protocol import Verb
 from .recording.rows import judge
 from .recording.spool_reader import SpoolTail, TailItem
-from .recording.trace import GAP_RECORD_START, Trace, UnreadableRecord, decode_trace
+from .recording.trace import GAP_RECORD_START, Trace, UnreadableRecord, decode_trace, inflate_record
 from .replay import diff as diffs
 from .replay.modes import in_mode
 from .shadowstats import ShadowState, load_state, save_state
@@ -207,7 +207,8 @@ class Shadower:
         if item.entry.payload[:1] == bytes((GAP_RECORD_START,)):
             return  # a gap record (the serving process's drop counts): no call in it
         try:
-            peek = _peek(item.entry.payload)
+            packed = inflate_record(item.entry.payload)  # once, for the peek and the decode
+            peek = _peek(packed)
             if peek.trace.backend not in self.shadows and peek.trace.form != "combined":
                 return  # not a shadowed backend's call: its bodies are never decoded
             resting = peek.trace.backend in self.shadows and self._all_resting(peek.trace.backend)
@@ -215,7 +216,7 @@ class Shadower:
                 for shadow in self.shadows[peek.trace.backend]:
                     step.outcomes.append(Outcome(shadow.name, peek.trace.backend, "dropped", reason="shadow-down"))
                 return
-            trace = decode_trace(item.entry.payload)
+            trace = decode_trace(packed)
         except (UnreadableRecord, msgspec.DecodeError, msgspec.ValidationError) as exc:  # the recorder counts it; nothing to mirror
             log.debug("shadow: spool record %s/%d unreadable: %s", item.writer, item.entry.seq, exc)
             return

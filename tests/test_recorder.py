@@ -18,6 +18,7 @@ from extproxy.recording.blobs import NodeDeduper, decompress
 from extproxy.recording.local import LocalRecorder
 from extproxy.recording.rows import MAX_ERROR_TEXT, MAX_FINDING_TEXT, MAX_FINDINGS, build_or_raw
 from extproxy.recording.spool import SpoolSettings
+from extproxy.recording.trace import encode_trace
 from extproxy.recording.writer import Drainer
 from tests.conftest import fixture_bytes
 
@@ -95,7 +96,7 @@ def test_it_counts_calls_handed_over_after_shutdown_began(tmp_path):
 
 
 def test_it_drops_at_the_spool_bound_counts_it_and_raises_the_alarm(tmp_path):
-    one = len(fixture_bytes("filter-request.nodecache-true.json")) + len(fixture_bytes("filter-result.nodecache-true.json"))
+    one = len(encode_trace(make_trace()))  # as spooled: deflated
     recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "spool", max_bytes=one * 5))
     recorder.start()
     for _ in range(10):

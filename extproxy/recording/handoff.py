@@ -195,7 +195,7 @@ class SpoolRecorder:
         payloads: list[bytes] = []
         for trace in batch:
             try:
-                payloads.append(encode_trace(trace))
+                payloads.append(encode_trace(trace, self.spool.compress))
             except Exception:  # a field of an unexpected type: a bug, counted, never fatal
                 log.exception("recorder: could not encode a %s call", trace.verb)
                 self.drops.add("unencodable")

@@ -93,6 +93,7 @@ class SpoolSettings:
     segment_bytes: int = 8 << 20  # a segment is closed and a new one started past this size
     fsync: str = "interval"
     fsync_interval: float = 1.0
+    compress: bool = True  # deflate call records (trace.encode_trace); the reader takes both forms
 
     def __post_init__(self) -> None:
         if self.fsync not in FSYNC_POLICIES:
@@ -108,6 +109,7 @@ class SpoolSettings:
             segment_bytes=settings.EXTPROXY_SPOOL_SEGMENT_BYTES,
             fsync=settings.EXTPROXY_SPOOL_FSYNC,
             fsync_interval=settings.EXTPROXY_SPOOL_FSYNC_INTERVAL,
+            compress=settings.EXTPROXY_SPOOL_COMPRESS,
         )
 
 

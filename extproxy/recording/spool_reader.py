@@ -13,6 +13,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .spool import (
     DEFAULT_RECYCLE, END, Cursor, Frame, expected_seq, free_files, free_name, read_cursor, read_frame, segment_name,
@@ -109,7 +110,9 @@ class SpoolReader:
             self._positions[directory.name] = pos
         return pos
 
-    def read(self, max_records: int, max_bytes: int) -> ReadResult:
+    def read(self, max_records: int, max_bytes: int, size_of: Callable[[bytes], int] = len) -> ReadResult:
+        """Up to `max_records` records, and no more once `max_bytes` are reached, each record
+        weighing `size_of(payload)` (the recorder passes what a record takes once decoded)."""
         result = ReadResult()
         size = 0
         for directory in sorted(p for p in self.root.iterdir() if p.is_dir()):
@@ -123,7 +126,7 @@ class SpoolReader:
                     if found is None:
                         break
                     result.entries.append(Entry(directory.name, found.seq, found.at, found.payload))
-                    size += len(found.payload)
+                    size += size_of(found.payload)
             finally:
                 listing.close()
         return result

@@ -29,12 +29,12 @@ from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
 from .observe import write_recorder_counters
 from .spool_reader import ReadResult, SpoolReader
-from .trace import Trace, UnreadableRecord, decode_record
+from .trace import Trace, UnreadableRecord, decode_record, record_size
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT = 5.0  # seconds between counter saves while idle (the serving side reads their age)
-BATCH_BYTES = 64 << 20  # payload bytes read per batch at most (besides recording.batchSize)
+BATCH_BYTES = 64 << 20  # decoded payload bytes read per batch at most (besides recording.batchSize)
 
 
 class BatchWriter:
@@ -194,7 +194,7 @@ class Drainer:
 
         Gap records and the drops seen here (torn tails, unreadable records) are stored as
         RecordingGap rows in the batch's transaction."""
-        result = self.reader.read(self.recording.batch_size, BATCH_BYTES)
+        result = self.reader.read(self.recording.batch_size, BATCH_BYTES, record_size)
         if result.torn:
             self._drop("torn", result.torn)
         if not result.entries and not result.torn:

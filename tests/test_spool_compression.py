@@ -1,0 +1,140 @@
+"""Deflated spool records (recording/trace.py): what is deflated, that it reads back as it was,
+that a damaged one is refused rather than misread, that a spool holding both forms drains
+whole, and that the recorder's batch bound counts what a record takes once decoded."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from extproxy.config import RecordingConfig, RedactionConfig
+from extproxy.bodies import response_of
+from extproxy.models import Call
+from extproxy.recording import SpoolRecorder, Trace
+from extproxy.recording.spool import SpoolSettings
+from extproxy.recording.spool_reader import SpoolReader
+from extproxy.recording.spool_writer import SpoolWriter
+from extproxy.recording.trace import (
+    COMPRESS_MIN, DEFLATED_START, UnreadableRecord, decode_record, decode_trace, encode_trace, record_size,
+)
+from extproxy.recording.writer import Drainer
+from tests.conftest import fixture_bytes
+
+NAMES_REQUEST = fixture_bytes("filter-request.nodecache-true.json")
+NAMES_REPLY = fixture_bytes("filter-result.nodecache-true.json")
+FULL_REQUEST = fixture_bytes("filter-request.nodecache-false.json")
+
+
+def trace(request: bytes = NAMES_REQUEST, reply: bytes = NAMES_REPLY, **fields) -> Trace:
+    now = time.time()
+    values = dict(verb="filter", backend="gpu", url="http://gpu/scheduler", started_at=now, finished_at=now + 0.002,
+                  request_body=request, status=200, response_body=reply, answered_status=200,
+                  node_cache_capable=True, weight=1, findings=[{"kind": "slow", "detail": "x"}])
+    values.update(fields)
+    return Trace(**values)
+
+
+def fields(t: Trace) -> dict:
+    return {name: getattr(t, name) for name in Trace.__slots__ if name != "verdict"}
+
+
+@pytest.mark.parametrize("request_body", [NAMES_REQUEST, FULL_REQUEST], ids=["names", "full-objects"])
+def test_a_call_is_spooled_deflated_and_reads_back_exactly_as_it_was(request_body):
+    original = trace(request_body, backend_calls=[trace(request_body, backend="b2")], form="combined")
+    packed = encode_trace(original, compress=False)
+    deflated = encode_trace(original)
+    assert packed[0] == 0x92 and deflated[0] == DEFLATED_START
+    assert len(deflated) * 2 < len(packed)
+    assert record_size(deflated) == record_size(packed) == len(packed)
+    for record in (packed, deflated):
+        assert fields(decode_trace(record)) == fields(original)
+        assert fields(decode_record(memoryview(record))) == fields(original)
+
+
+def test_what_deflate_cannot_shrink_or_is_tiny_is_spooled_as_packed():
+    noise = trace(os.urandom(20_000), os.urandom(20_000))
+    tiny = trace(b"{}", b"{}", findings=[])
+    for t in (noise, tiny):
+        record = encode_trace(t)
+        assert record[0] == 0x92 and record == encode_trace(t, compress=False)
+        assert fields(decode_trace(record)) == fields(t)
+    assert len(encode_trace(tiny)) < COMPRESS_MIN
+
+
+def damaged() -> dict[str, bytes]:
+    good = encode_trace(trace())
+    head, stream = good[:5], good[5:]
+    size = int.from_bytes(head[1:5], "little")
+    return {
+        "stream cut short": good[: len(good) // 2],
+        "head claims more": bytes([DEFLATED_START]) + (size + 1).to_bytes(4, "little") + stream,
+        "head claims less": bytes([DEFLATED_START]) + (size - 1).to_bytes(4, "little") + stream,
+        "not deflate": head + b"\xff" * 64,
+        "only a head byte": bytes([DEFLATED_START, 1]),
+        "inflates to garbage": bytes([DEFLATED_START]) + (3).to_bytes(4, "little") + bytes.fromhex("4b4c4a0600"),
+    }
+
+
+@pytest.mark.parametrize("name", list(damaged()))
+def test_a_damaged_deflated_record_is_refused_not_misread(name):
+    record = damaged()[name]
+    with pytest.raises(UnreadableRecord):
+        decode_trace(record)
+    with pytest.raises(UnreadableRecord):
+        decode_record(record)
+
+
+def test_a_spool_written_before_and_after_compression_drains_whole(transactional_db, tmp_path):
+    """An upgrade finds packed records in the spool; the new serving process adds deflated ones."""
+    spooled: list[Trace] = []
+    for compress in (False, True):
+        recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "spool", compress=compress))
+        recorder.start()
+        for i in range(5):
+            t = trace(response_body=NAMES_REPLY.replace(b"}", b" }", i))  # distinct replies, to compare below
+            spooled.append(t)
+            assert recorder.submit(t)
+        assert recorder.stop()
+    drainer = Drainer(tmp_path / "spool", RecordingConfig(), RedactionConfig())
+    drainer.run(until_idle=True)
+    drainer.close()
+    assert drainer.counters.written == 10 and drainer.counters.raw == 0 and drainer.counters.dropped == {}
+    stored = {c.call_id: c for c in Call.objects.all()}
+    assert sorted(stored) == sorted(t.call_id for t in spooled)
+    for t in spooled:
+        assert response_of(stored[t.call_id]).data == t.response_body
+        assert stored[t.call_id].pod_name == "trainer-7d9c5b6f8-b4x2s"  # read from the request
+
+
+def test_at_the_same_bound_the_spool_holds_more_than_twice_the_calls(tmp_path):
+    bound = 40 * len(encode_trace(trace(), compress=False))
+    held = {}
+    for compress in (False, True):
+        recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / str(compress), max_bytes=bound,
+                                                                  compress=compress))
+        recorder.start()
+        for _ in range(200):
+            assert recorder.submit(trace())
+        assert recorder.flush(20)
+        held[compress] = recorder.spooled
+        assert recorder.spooled + recorder.drops.counts["spool-full"] == 200  # the rest counted, none lost
+        recorder.stop()
+    assert held[False] < 40 and held[True] > 2 * held[False]
+
+
+def test_the_recorders_batch_bound_counts_records_as_decoded(tmp_path):
+    """A batch of deflated full-object records must not inflate to many times BATCH_BYTES."""
+    record = encode_trace(trace(FULL_REQUEST))
+    writer = SpoolWriter(SpoolSettings(root=tmp_path / "spool", fsync="never"))
+    writer.append([record] * 3)
+    writer.close()
+    decoded = record_size(record)
+    assert decoded > 2 * len(record)
+    reader = SpoolReader(tmp_path / "spool")
+    try:
+        assert len(reader.read(100, decoded + 1, record_size).entries) == 2  # stops once the bound is reached
+        reader.rewind()
+        assert len(reader.read(100, decoded + 1).entries) == 3  # by spooled length: all three
+    finally:
+        reader.close()
