@@ -46,6 +46,7 @@ CALLS = int(os.environ.get("BENCH_RECORDING_CALLS", "20000"))
 CONCURRENCY = 8
 RATE = float(os.environ.get("BENCH_RECORDING_RATE", "0"))  # calls/s offered in all; 0: as fast as served
 SPOOL_BYTES = int(os.environ.get("BENCH_RECORDING_SPOOL_BYTES", "0"))  # EXTPROXY_SPOOL_MAX_BYTES; 0: its default
+CLIENT = os.environ.get("BENCH_RECORDING_CLIENT", "wire")  # the load client: wire or aiohttp (see sustained_load)
 PODS = 1000  # distinct pods cycled through, as a busy cluster sends them
 
 
@@ -193,6 +194,7 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float, pids:
     async def worker(session: aiohttp.ClientSession, offset: int) -> None:
         nonlocal answered, failed
         i = offset
+        lean = CLIENT == "wire"
         # With RATE, each worker sends on a schedule of RATE/CONCURRENCY calls a second (a late
         # call goes at once, so a slow proxy shows as a rate below RATE, not as a pause).
         period = CONCURRENCY / RATE if RATE else 0.0
@@ -203,12 +205,16 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float, pids:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 due += period
-            async with session.post(url, data=requests[i % len(requests)]) as response:
-                await response.read()
-                if response.status == 200:
-                    answered += 1
-                else:
-                    failed += 1
+            if lean:
+                status = (await wire_client.post(url, requests[i % len(requests)], 1 << 24, False)).status
+            else:
+                async with session.post(url, data=requests[i % len(requests)]) as response:
+                    await response.read()
+                    status = response.status
+            if status == 200:
+                answered += 1
+            else:
+                failed += 1
             i += CONCURRENCY
 
     async def sampler(session: aiohttp.ClientSession) -> None:
@@ -218,6 +224,13 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float, pids:
             for name, pid in pids.items():
                 rss[name].append(rss_kib(pid))
 
+    # The load client shares core 0 with extproxy when pinned, so its own CPU per call is taken
+    # from the recorder: "wire" is extproxy's own HTTP client (httptools on asyncio; ~70 µs of
+    # CPU per call against aiohttp's ~180, bench/README.md "What each layer of the hot path
+    # costs"), nearer what kube-scheduler's Go client costs; "aiohttp" is what earlier runs used.
+    from extproxy.backends.wire import Client
+
+    wire_client = Client(None, limit=CONCURRENCY + 2)
     connector = aiohttp.TCPConnector(limit=CONCURRENCY + 2)
     async with aiohttp.ClientSession(connector=connector) as session:
         started = time.monotonic()
@@ -280,8 +293,11 @@ def main() -> int:
                         help="calls/s offered by the c=8 client in all (BENCH_RECORDING_RATE; default: as fast as served)")
     parser.add_argument("--spool-bytes", type=int, default=None,
                         help="the spool's bound for this run (BENCH_RECORDING_SPOOL_BYTES; default: extproxy's)")
+    parser.add_argument("--client", choices=("wire", "aiohttp"), default=None,
+                        help="the load client (BENCH_RECORDING_CLIENT; default wire: extproxy's own, the leaner)")
     args = parser.parse_args()
-    global SECONDS, RATE, SPOOL_BYTES
+    global SECONDS, RATE, SPOOL_BYTES, CLIENT
+    CLIENT = args.client or CLIENT
     SPOOL_BYTES = args.spool_bytes if args.spool_bytes is not None else SPOOL_BYTES
     SECONDS = args.seconds or SECONDS
     RATE = args.rate if args.rate is not None else RATE
@@ -302,7 +318,7 @@ def main() -> int:
                     f"{alone['run_s'] - alone['startup_s']:.1f} s after a {alone['startup_s']:.1f} s start-up)")
             log(f"{kind}: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             log(f"{kind}: names N=100 c={CONCURRENCY} for {SECONDS:.0f} s through extproxy + recorder"
-                f"{f', {RATE:.0f} calls/s offered' if RATE else ''}{' (pinned)' if args.pin else ''}"
+                f"{f', {RATE:.0f} calls/s offered' if RATE else ''}{' (pinned)' if args.pin else ''}, {CLIENT} client"
                 f"{f', spool bound {SPOOL_BYTES / 2**30:.1f} GiB' if SPOOL_BYTES else ''}")
             r = sustained(kind, requests, ref_port, args.pin)
             log(f"{kind}: served {r['answered']} calls in {r['load_s']:.1f} s = {r['serving_rate']:.0f}/s "

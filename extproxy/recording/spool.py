@@ -89,7 +89,7 @@ DEFAULT_RECYCLE = 4  # EXTPROXY_SPOOL_RECYCLE_SEGMENTS: free files the recorder 
 @dataclass(frozen=True)
 class SpoolSettings:
     root: Path
-    max_bytes: int = 1 << 30  # the whole spool on disk, free files included; beyond it: spool-full drops
+    max_bytes: int = 4 << 30  # the whole spool on disk, free files included; beyond it: spool-full drops
     segment_bytes: int = 8 << 20  # a segment is closed and a new one started past this size
     fsync: str = "interval"
     fsync_interval: float = 1.0
