@@ -300,8 +300,9 @@ EXTPROXY_EXTENDER_TLS_CLIENT_CA = os.environ.get("EXTPROXY_EXTENDER_TLS_CLIENT_C
 # README "How recording works" explains each. Sizes in bytes, times in seconds.
 EXTPROXY_SPOOL_DIR = os.environ.get("EXTPROXY_SPOOL_DIR") or str(DATA_DIR / "spool")
 # A bound, not an allocation: the spool takes only what the recorder has not stored yet. 4 GiB
-# holds ~1.8 million deflated names-mode calls: seven minutes at the fastest this build served
-# on one shared core with the recorder writing nothing meanwhile (bench/README.md, "Fifth pass").
+# holds ~1.8 million deflated names-mode calls: five minutes at ~6,000 calls/s, the fastest this
+# build served on one core shared with the recorder, which wrote almost nothing meanwhile
+# (bench/README.md, "Fifth pass").
 EXTPROXY_SPOOL_MAX_BYTES = envint("EXTPROXY_SPOOL_MAX_BYTES", 4 << 30)
 EXTPROXY_SPOOL_SEGMENT_BYTES = envint("EXTPROXY_SPOOL_SEGMENT_BYTES", 8 << 20)
 # Deflate each call's record before it is spooled (recording/trace.py): 2.7-20x more calls fit.

@@ -2,8 +2,9 @@
 
 Owns the Trace dataclass (built by the engine and the combined form, never decoded there) and
 its encoding for the spool (msgpack through msgspec: bytes stay bytes, no base64, one copy;
-then, by default, deflated: see `encode_trace`); and the spool's other kind of record, the gap record: `Drops` by reason, calls the serving
-process answered and could not hand over (see dropcount.py), stored by the recorder as gaps.
+then, by default, deflated: see `encode_trace`); and the spool's other kind of record, the gap
+record: `Drops` by reason, calls the serving process answered and could not hand over (see
+dropcount.py), stored by the recorder as gaps.
 Must not decode bodies, judge, or touch Django: it runs on the hot path's side.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ FORMAT = 1  # bumped when the spooled form changes; a recorder refuses what it c
 # spool written before compression existed reads as it did.
 DEFLATED_START = 0xC1
 _DEFLATED_HEAD = struct.Struct("<BI")
-COMPRESS_MIN = 512  # smaller packed records are spooled as they are: too little to gain
+COMPRESS_MIN = 512  # smaller packed records (a tiny call) are spooled as they are: too little to gain
 
 
 def new_call_id() -> str:
