@@ -246,6 +246,7 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float, pids:
                 break
             await asyncio.sleep(0.2)
         tail_s = time.monotonic() - drain_started
+    wire_client.close()
     dropped = {k: v for k, v in now.items() if k.startswith("extproxy_recorder_dropped_total") and v}
     return {
         "answered": answered, "failed": failed, "load_s": load_s, "serving_rate": answered / load_s,

@@ -138,3 +138,20 @@ def test_the_recorders_batch_bound_counts_records_as_decoded(tmp_path):
         assert len(reader.read(100, decoded + 1).entries) == 3  # by spooled length: all three
     finally:
         reader.close()
+
+
+def test_the_recorder_reads_a_batch_of_deflated_calls_by_their_decoded_size(transactional_db, tmp_path, monkeypatch):
+    """Through the Drainer itself: its batch stops at BATCH_BYTES of decoded records."""
+    from extproxy.recording import writer as writer_module
+
+    record = encode_trace(trace(FULL_REQUEST, node_cache_capable=False))
+    spool = SpoolWriter(SpoolSettings(root=tmp_path / "spool", fsync="never"))
+    spool.append([encode_trace(trace(FULL_REQUEST, node_cache_capable=False)) for _ in range(3)])
+    spool.close()
+    monkeypatch.setattr(writer_module, "BATCH_BYTES", record_size(record) + 1)
+    drainer = Drainer(tmp_path / "spool", RecordingConfig(), RedactionConfig())
+    try:
+        assert drainer.drain_batch() == 2 and drainer.drain_batch() == 1 and drainer.drain_batch() == 0
+    finally:
+        drainer.close()
+    assert Call.objects.count() == 3
