@@ -4,6 +4,8 @@ A bad configuration file stops start-up here with the field and the reason.
 """
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 import sys
 
@@ -27,6 +29,7 @@ from dashboard.auth import OriginValidator, TokenAuthMiddleware  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 from . import offload  # noqa: E402
+from .aside import aside  # noqa: E402
 from .config import ConfigError  # noqa: E402
 from .engine import get_engine  # noqa: E402
 from .replay.worker import get_worker  # noqa: E402
@@ -66,6 +69,7 @@ async def lifespan_app(scope, receive, send):
         message = await receive()
         if message["type"] == "lifespan.startup":
             dashboard_background.start()
+            aside.bind(asyncio.get_running_loop())  # calls' bookkeeping waits for a backend wait
             get_engine().recorder.start()  # spool-writer thread, live-event listener
             get_worker().start_watching()  # replay runs: heartbeat, and recovery of a dead process's
             try:
@@ -79,6 +83,7 @@ async def lifespan_app(scope, receive, send):
             get_worker().stop_watching()
             if listener is not None:
                 await listener.close()  # no new connections; calls in flight are answered first
+            aside.unbind()  # what waits is handed over; later calls (none should come) at once
             engine = get_engine()
             await engine.close()
             offload.lane.stop()
@@ -107,3 +112,9 @@ if os.environ.get("EXTPROXY_SKIP_CONFIG_CHECK") != "1":
     except (ConfigError, AccessConfigError) as exc:
         print(f"extproxy: bad configuration: {exc}", file=sys.stderr)
         sys.exit(2)
+
+# What start-up built (Django, its apps and URLs, the engine: ~90,000 objects) lives as long as
+# the process: moved out of the collector's generations, so that a full collection, when
+# traffic triggers one, walks only what was made since. With them it took ~32 ms, in the middle
+# of whichever scheduler call triggered it. Once per process, at import (not per lifespan).
+gc.freeze()

@@ -22,6 +22,7 @@ import msgspec
 from django.conf import settings
 
 from . import metrics, offload, protocol, semantics
+from .aside import aside
 from .backends import Backend, Exchange, build_backend
 from .backends.base import now, trace_of
 from .combined import Combined
@@ -89,13 +90,19 @@ class Engine:
         else:
             answer = Answer(exchange.status, exchange.body, exchange.content_type or protocol.JSON)
         answered_body = None if exchange.status is not None else answer.body
-        trace = trace_of(backend.config, verb, body, exchange, answer.status, answered_body)
         if exchange.rest is not None:  # recorded once the rest has been passed on
+            trace = trace_of(backend.config, verb, body, exchange, answer.status, answered_body)
             answer.stream, answer.length = self._pass_on(exchange, exchange.rest, trace), exchange.length
             return answer
+        # Recorded once the loop waits on a backend again: nothing of it is the scheduler's answer.
+        aside.put(self._record, backend, verb, body, exchange, answer.status, answered_body)
+        return answer
+
+    def _record(self, backend: Backend, verb: Verb, body: bytes, exchange: Exchange, answered_status: int,
+                answered_body: bytes | None) -> None:
+        trace = trace_of(backend.config, verb, body, exchange, answered_status, answered_body)
         self._backend_duration(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
         self.recorder.submit(trace)  # the shadow process finds the call in the spool
-        return answer
 
     async def _pass_on(self, exchange: Exchange, rest: AsyncGenerator[bytes, None], trace: Trace) -> AsyncGenerator[bytes, None]:
         """The rest of a streamed reply (a large one, or one over the bound), then its record

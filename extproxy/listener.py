@@ -179,10 +179,11 @@ class ExtenderProtocol(asyncio.Protocol):
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        lower = name.lower()
-        if lower == b"content-length" and value.strip().isdigit() and int(value) > self._limit:
+        # Called for every header of every request: the length first, lower() only on a match.
+        size = len(name)
+        if size == 14 and name.lower() == b"content-length" and value.strip().isdigit() and int(value) > self._limit:
             self._over = True
-        elif lower == b"expect" and value.strip().lower() == b"100-continue":
+        elif size == 6 and name.lower() == b"expect" and value.strip().lower() == b"100-continue":
             self._expect_continue = True
 
     def on_headers_complete(self) -> None:

@@ -24,6 +24,7 @@ from typing import Any, AsyncGenerator
 from django.core.exceptions import ImproperlyConfigured
 
 from .. import metrics
+from ..aside import aside
 from ..config import BackendConfig
 from ..protocol import Verb
 from .base import Backend, Exchange, StreamBroken, incomplete_finding, now, truncated_finding
@@ -81,6 +82,33 @@ def _file_for(data: bytes, written: list[str]) -> str:
     return handle.name
 
 
+class Expiry:
+    """Cancels the current task at `deadline`; `expired()` then turns that cancellation into a
+    timeout. What asyncio.timeout_at does for the head of the exchange, for ~2.5 instead of ~6 µs
+    a call (measured on the serving loop): no state machine, one timer.
+    """
+
+    __slots__ = ("_task", "_handle", "_fired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        self._task = asyncio.current_task(loop)
+        self._fired = False
+        self._handle = loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._fired = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def expired(self) -> bool:
+        """In an `except CancelledError`: True when this deadline caused it, and nobody else
+        cancelled the task meanwhile (then the cancellation must go on)."""
+        return self._fired and self._task is not None and self._task.uncancel() == 0
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 class HTTPBackend(Backend):
     def __init__(self, config: BackendConfig) -> None:
         super().__init__(config)
@@ -104,16 +132,22 @@ class HTTPBackend(Backend):
 
     async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
         started = now()
-        deadline = asyncio.get_running_loop().time() + self.timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        aside.sent()  # the loop's bookkeeping runs while this request is with the backend
+        expiry = Expiry(loop, deadline)
         try:
-            async with asyncio.timeout_at(deadline):
-                reply = await self._client().post(self.url_for(verb_string), body, self.max_reply_bytes, stream, RELAY_BYTES)
-        except TimeoutError:
+            reply = await self._client().post(self.url_for(verb_string), body, self.max_reply_bytes, stream, RELAY_BYTES)
+        except asyncio.CancelledError:
+            if not expiry.expired():
+                raise
             return Exchange(started, now(), None, error=f"no answer within {self.timeout:g}s", timed_out=True)
         except WireError as exc:
             return Exchange(started, now(), None, error=str(exc))
         except (OSError, ssl.SSLError, ValueError) as exc:
             return Exchange(started, now(), None, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            expiry.cancel()
         if reply.over_limit:
             limit = self.max_reply_bytes
             metrics.REPLIES_TRUNCATED.labels(self.name).inc()

@@ -24,6 +24,7 @@ from collections import deque
 from pathlib import Path
 
 from .. import metrics
+from ..aside import aside
 from .observe import COLLECTOR, spool_status
 from ..config import RecordingConfig
 from .dropcount import DropCounter
@@ -33,8 +34,9 @@ from .trace import Trace, encode_trace
 
 log = logging.getLogger(__name__)
 
-HANDOFF_TICK = 0.01  # seconds between the spool-writer's rounds when little is waiting
-WAKE_AT = 256  # calls waiting that wake the spool-writer before its tick
+HANDOFF_TICK = 0.01  # seconds between the spool-writer's rounds when nothing wakes it
+WAKE_EVERY = 0.001  # seconds: a call handed over wakes an idle spool-writer at most this often
+WAKE_AT = 256  # calls waiting that wake the spool-writer at once
 
 
 def _register(recorder: "SpoolRecorder") -> None:
@@ -70,6 +72,7 @@ class SpoolRecorder:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._wake = threading.Event()
+        self._woken = 0.0  # when submit last woke the spool-writer
         self._closed = False
         self._thread: threading.Thread | None = None
         self.writer: SpoolWriter | None = None
@@ -104,8 +107,14 @@ class SpoolRecorder:
             self._queue.append(trace)
             self._bytes += size
             waiting = len(self._queue)
-        if waiting >= WAKE_AT:
-            self._wake.set()
+        # Woken now, not at its next tick: the engine hands calls over while the serving loop
+        # waits for a backend (aside.py), so the thread's round overlaps that wait instead of
+        # a tick's batch landing on a later call. At most every WAKE_EVERY: a wake-up costs.
+        if not self._wake.is_set():
+            now = time.monotonic()
+            if waiting >= WAKE_AT or now - self._woken >= WAKE_EVERY:
+                self._woken = now
+                self._wake.set()
         return True
 
     # lifecycle -----------------------------------------------------------------------
@@ -142,6 +151,7 @@ class SpoolRecorder:
         True when everything handed over reached the spool within the timeout.
         """
         timeout = self.stop_seconds if timeout is None else timeout
+        aside.run_now()
         with self._lock:
             self._closed = True
         self._wake.set()
@@ -157,6 +167,7 @@ class SpoolRecorder:
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything handed over so far is in the spool."""
+        aside.run_now()  # calls whose record the serving loop has put aside (aside.py)
         self._wake.set()
         deadline = time.monotonic() + timeout
         with self._idle:
