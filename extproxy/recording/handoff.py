@@ -2,8 +2,8 @@
 
 Owns the hot path's entry point (`SpoolRecorder.submit`, a non-blocking append to a bounded
 in-memory hand-off) and the one thread that encodes what was handed over and appends it to
-the spool. Serving never waits on disk: the thread wakes every HANDOFF_TICK (or sooner when
-much is waiting) and writes everything waiting in one write.
+the spool. Serving never waits on disk: a call handed over wakes the thread (at most every
+WAKE_EVERY, else it wakes every HANDOFF_TICK), which writes everything waiting in one write.
 Must not decode bodies, judge, or touch the database: that is the recorder process's work.
 
 Bounds and drops, each counted in `extproxy_recorder_dropped_total{reason}` and logged at most
@@ -151,7 +151,7 @@ class SpoolRecorder:
         True when everything handed over reached the spool within the timeout.
         """
         timeout = self.stop_seconds if timeout is None else timeout
-        aside.run_now()
+        aside.run_now()  # calls whose record the serving loop has put aside (aside.py)
         with self._lock:
             self._closed = True
         self._wake.set()
