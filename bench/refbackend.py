@@ -118,11 +118,11 @@ async def asgi_app(scope, receive, send):
     await send({"type": "http.response.body", "body": data})
 
 
-def run_uvicorn(port: int) -> None:
+def run_uvicorn(port: int, host: str) -> None:
     import uvicorn
 
     uvicorn.run(
-        asgi_app, host="127.0.0.1", port=port, loop="uvloop", http="httptools",
+        asgi_app, host=host, port=port, loop="uvloop", http="httptools",
         access_log=False, log_level="warning", lifespan="off",
     )
 
@@ -130,7 +130,7 @@ def run_uvicorn(port: int) -> None:
 # --- aiohttp.web -----------------------------------------------------------------------
 
 
-def run_aiohttp(port: int) -> None:
+def run_aiohttp(port: int, host: str) -> None:
     import uvloop
     from aiohttp import web
 
@@ -143,15 +143,16 @@ def run_aiohttp(port: int) -> None:
     app = web.Application(client_max_size=1 << 30)
     app.router.add_route("*", "/{tail:.*}", handle)
     uvloop.install()
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    web.run_app(app, host=host, port=port, access_log=None, print=None)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--server", choices=("uvicorn", "aiohttp"), default="aiohttp")
+    parser.add_argument("--host", default="127.0.0.1")  # bench/links.py: an address inside a network namespace
     args = parser.parse_args()
-    (run_uvicorn if args.server == "uvicorn" else run_aiohttp)(args.port)
+    (run_uvicorn if args.server == "uvicorn" else run_aiohttp)(args.port, args.host)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import AsyncGenerator
+from typing import Any, AsyncGenerator, Awaitable, Coroutine
 
 import msgspec
 from django.conf import settings
@@ -25,6 +25,7 @@ from . import metrics, offload, protocol, semantics
 from .aside import aside
 from .backends import Backend, Exchange, build_backend
 from .backends.base import now, trace_of
+from .backends.feed import BodyFeed, FeedBroken
 from .combined import Combined
 from .config import ProxyConfig, load_config
 from .policies import default_policy, parse_policy
@@ -85,22 +86,44 @@ class Engine:
 
     async def per_backend(self, backend: Backend, verb: Verb, verb_string: str, body: bytes) -> Answer:
         exchange = await backend.exchange(verb, verb_string, body, stream=True)
+        return self._answer(backend, verb, body, exchange)
+
+    async def per_backend_fed(self, backend: Backend, verb: Verb, verb_string: str, feed: BodyFeed) -> Answer:
+        """per_backend for a request passed on while it arrives (the listener's large requests).
+
+        The answer waits for the request's last byte even when the backend answered before it:
+        the scheduler is answered once it has sent its request, and the record has all of it.
+        FeedBroken when it never arrives whole: nothing is answered, nothing recorded.
+        """
+        exchange = await backend.exchange_feed(verb, verb_string, feed, stream=True)
+        try:
+            await feed.whole()
+        except FeedBroken:
+            if exchange.rest is not None:
+                await exchange.rest.aclose()
+            raise
+        return self._answer(backend, verb, feed, exchange)
+
+    def _answer(self, backend: Backend, verb: Verb, body: bytes | BodyFeed, exchange: Exchange) -> Answer:
         if exchange.status is None:
             answer = failure_answer(verb, backend.name, exchange)
         else:
             answer = Answer(exchange.status, exchange.body, exchange.content_type or protocol.JSON)
         answered_body = None if exchange.status is not None else answer.body
         if exchange.rest is not None:  # recorded once the rest has been passed on
-            trace = trace_of(backend.config, verb, body, exchange, answer.status, answered_body)
+            request = body if isinstance(body, bytes) else body.joined()
+            trace = trace_of(backend.config, verb, request, exchange, answer.status, answered_body)
             answer.stream, answer.length = self._pass_on(exchange, exchange.rest, trace), exchange.length
             return answer
         # Recorded once the loop waits on a backend again: nothing of it is the scheduler's answer.
         aside.put(self._record, backend, verb, body, exchange, answer.status, answered_body)
         return answer
 
-    def _record(self, backend: Backend, verb: Verb, body: bytes, exchange: Exchange, answered_status: int,
+    def _record(self, backend: Backend, verb: Verb, body: bytes | BodyFeed, exchange: Exchange, answered_status: int,
                 answered_body: bytes | None) -> None:
-        trace = trace_of(backend.config, verb, body, exchange, answered_status, answered_body)
+        # A fed request's parts are joined here, not on the way to the answer.
+        request = body if isinstance(body, bytes) else body.joined()
+        trace = trace_of(backend.config, verb, request, exchange, answered_status, answered_body)
         self._backend_duration(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
         self.recorder.submit(trace)  # the shadow process finds the call in the spool
 
@@ -164,6 +187,22 @@ class Engine:
         self._combined.close()
         for backend in self.backends.values():
             await backend.close()
+
+
+class BackendCall:
+    """A per-backend route's call (views.route): with the whole body, or, from the extender
+    listener, with a body still arriving (`fed`)."""
+
+    __slots__ = ("engine", "backend", "verb", "verb_string")
+
+    def __init__(self, engine: Engine, backend: Backend, verb: Verb, verb_string: str) -> None:
+        self.engine, self.backend, self.verb, self.verb_string = engine, backend, verb, verb_string
+
+    def __call__(self, body: bytes) -> Awaitable[Answer]:
+        return self.engine.per_backend(self.backend, self.verb, self.verb_string, body)
+
+    def fed(self, feed: BodyFeed) -> Coroutine[Any, Any, Answer]:
+        return self.engine.per_backend_fed(self.backend, self.verb, self.verb_string, feed)
 
 
 _engine: Engine | None = None

@@ -4,7 +4,10 @@ The scheduler's calls are the hot path; on the main port they pass through uvico
 cycle (scope and message dicts, a task and queues per request). Here the request head is
 parsed once by httptools and the body handed to the same routing and engine as the ASGI app
 (views.route), so both ports give the same answers, refusals, recording and metrics. The
-answer goes out as one write. It serves only /extender/; everything else is a 404 with the
+answer goes out as one write. A per-backend request of FEED_BYTES or more (by Content-Length)
+is passed on to its backend while it arrives (backends/feed.py), not after its last byte; it is
+answered once it has arrived whole, and one that never does is not answered (nor recorded) and
+its backend connection is closed. It serves only /extender/; everything else is a 404 with the
 reason, so that this port can be exposed to the scheduler alone (issue 9: TLS with client
 certificates via `ssl`, a source allowlist via `allow`; both set in asgi.py's lifespan).
 
@@ -14,6 +17,9 @@ request at a time per connection (reading pauses when bytes of a next request ar
 is served, so pipelined requests wait in the socket); an idle keep-alive connection is closed
 after IDLE_SECONDS; streamed answers (a reply over EXTPROXY_MAX_REPLY_BYTES) respect the
 transport's flow control. This module owns the socket side only; what a call does is the engine's.
+
+Over 400 lines because one connection is one state machine (parsing, the bounds, a fed request,
+serving and answering share its state); the Listener and start_listener at the end could move out.
 """
 from __future__ import annotations
 
@@ -29,13 +35,17 @@ import httptools
 
 from . import metrics
 from .backends.base import StreamBroken
-from .engine import Answer, get_engine
+from .backends.feed import BodyFeed, FeedBroken
+from .engine import Answer, BackendCall, get_engine
 from .views import PREFIX, not_post, refusal, route, too_large
 
 log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 120.0  # an idle keep-alive connection is closed after this (Go keeps them 90 s)
 Allow = Callable[[object], bool]
+# Requests from this size on start their backend call at their head (module docstring). Below it a
+# request comes in one or two reads, and the whole body costs one write instead of one per part.
+FEED_BYTES = 256 * 1024
 
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
@@ -94,7 +104,8 @@ class ExtenderProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
-        self._queue: deque[tuple[bytes, bytes, bytes | None, bool]] = deque()
+        # (method, URL, the body or a fed request's call, keep-alive)
+        self._queue: deque[tuple[bytes, bytes, Any, bool]] = deque()
         self._busy = False
         self._paused = False  # reading stopped: a pipelined request arrived while one is served
         self._closing = False
@@ -106,12 +117,16 @@ class ExtenderProtocol(asyncio.Protocol):
         self._body_timer: asyncio.TimerHandle | None = None  # EXTPROXY_BODY_TIMEOUT per request
         self._in_message = False
         self.draining = False  # the listener stops: close after the answer in progress
+        # A request passed on while it arrives: its body and its call (task, duration, started).
+        self._feed: BodyFeed | None = None
+        self._fed: tuple[asyncio.Task[Answer], Any, float] | None = None
         self._begin()
 
     def _begin(self) -> None:
         self._url = b""
         self._parts: list[bytes] = []
         self._size = 0
+        self._length = -1  # the Content-Length (-1: none)
         self._over = False
         self._expect_continue = False
 
@@ -150,6 +165,7 @@ class ExtenderProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._live.discard(self)
         self._closing = True
+        self._abandon_feed()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         if self._body_timer is not None:
@@ -181,16 +197,43 @@ class ExtenderProtocol(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         # Called for every header of every request: the length first, lower() only on a match.
         size = len(name)
-        if size == 14 and name.lower() == b"content-length" and value.strip().isdigit() and int(value) > self._limit:
-            self._over = True
+        if size == 14 and name.lower() == b"content-length" and value.strip().isdigit():
+            self._length = int(value)
+            if self._length > self._limit:
+                self._over = True
         elif size == 6 and name.lower() == b"expect" and value.strip().lower() == b"100-continue":
             self._expect_continue = True
 
     def on_headers_complete(self) -> None:
         if self._over:  # refused before reading the body
             self._refuse(too_large(self._limit))
-        elif self._expect_continue and self.transport is not None:
+            return
+        if self._expect_continue and self.transport is not None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if self._length >= FEED_BYTES and not self._busy and not self._queue and not self._closing:
+            self._start_feed()
+
+    def _start_feed(self) -> None:
+        """Start the backend call of a large per-backend request now, its body to follow."""
+        if self._parser.get_method() != b"POST":
+            return
+        routed = self._routed(self._url)
+        if isinstance(routed, Answer):
+            return  # refused once the request has arrived, as any other
+        call, duration = routed
+        if not isinstance(call, BackendCall):
+            return  # the combined form: it must have the whole request
+        self._feed = BodyFeed(self._length)
+        self._fed = (self._loop.create_task(call.fed(self._feed)), duration, time.perf_counter())
+
+    def _abandon_feed(self) -> None:
+        """The request being passed on will not arrive whole: its backend call is cancelled."""
+        feed, fed = self._feed, self._fed
+        if feed is None or fed is None:
+            return
+        self._feed = self._fed = None
+        feed.fail("the scheduler's request did not arrive whole")
+        fed[0].cancel()
 
     def on_body(self, body: bytes) -> None:
         if self._over:
@@ -201,7 +244,10 @@ class ExtenderProtocol(asyncio.Protocol):
             self._parts.clear()
             self._refuse(too_large(self._limit))
             return
-        self._parts.append(body)
+        if self._feed is not None:
+            self._feed.add(body)
+        else:
+            self._parts.append(body)
 
     def on_message_complete(self) -> None:
         self._in_message = False
@@ -210,8 +256,13 @@ class ExtenderProtocol(asyncio.Protocol):
             self._body_timer = None
         if self._closing:
             return
-        parts = self._parts
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        body: bytes | tuple[asyncio.Task[Answer], Any, float]
+        if self._feed is not None and self._fed is not None:
+            self._feed.finish()
+            body, self._feed, self._fed = self._fed, None, None
+        else:
+            parts = self._parts
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
         self._queue.append((self._parser.get_method(), self._url, body, self._parser.should_keep_alive()))
         self._begin()
         if not self._busy:
@@ -223,7 +274,10 @@ class ExtenderProtocol(asyncio.Protocol):
         try:
             while self._queue and not self._closing:
                 method, url, body, keep_alive = self._queue.popleft()
-                await self._one(method, url, body or b"", keep_alive and not self.draining)
+                if type(body) is tuple:
+                    await self._one_fed(body, keep_alive and not self.draining)
+                else:
+                    await self._one(method, url, body or b"", keep_alive and not self.draining)
                 if not keep_alive or self.draining:
                     self._close()
         except Exception:  # a bug costs this connection, never the listener
@@ -237,15 +291,22 @@ class ExtenderProtocol(asyncio.Protocol):
                 self.transport.resume_reading()
             self._arm_idle()
 
+    @staticmethod
+    def _routed(url: bytes) -> tuple[Callable, Any] | Answer:
+        """(the call, its duration histogram) for an extender URL, or the refusal to answer."""
+        routed = _routes.get(url)
+        if routed is not None:
+            return routed
+        path = url.partition(b"?")[0].decode("latin-1")
+        if not path.startswith(PREFIX):
+            return refusal(404, f"this port serves only {PREFIX}...: {path}", "path")
+        return _routes.resolve(url, path)
+
     async def _one(self, method: bytes, url: bytes, body: bytes, keep_alive: bool) -> None:
         started = time.perf_counter()
         routed: tuple[Callable, Any] | Answer | None = _routes.get(url)
         if routed is None:
-            path = url.partition(b"?")[0].decode("latin-1")
-            if not path.startswith(PREFIX):
-                await self._answer(refusal(404, f"this port serves only {PREFIX}...: {path}", "path"), keep_alive)
-                return
-            routed = _routes.resolve(url, path)
+            routed = self._routed(url)
         if isinstance(routed, Answer):
             await self._answer(routed, keep_alive)
             return
@@ -254,6 +315,17 @@ class ExtenderProtocol(asyncio.Protocol):
             return
         call, duration = routed
         await self._answer(await call(body), keep_alive)
+        duration.observe(time.perf_counter() - started)
+
+    async def _one_fed(self, fed: tuple[asyncio.Task[Answer], Any, float], keep_alive: bool) -> None:
+        """A request whose call started at its head; it has now arrived whole."""
+        task, duration, started = fed
+        try:
+            answer = await task
+        except FeedBroken:  # cannot happen once it arrived whole; never answered if it does
+            self._close()
+            return
+        await self._answer(answer, keep_alive)
         duration.observe(time.perf_counter() - started)
 
     async def _answer(self, answer: Answer, keep_alive: bool) -> None:
@@ -314,6 +386,7 @@ class ExtenderProtocol(asyncio.Protocol):
 
     def _close(self) -> None:
         self._closing = True
+        self._abandon_feed()
         if self.transport is not None:
             self.transport.close()
 

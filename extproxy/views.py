@@ -17,7 +17,7 @@ import msgspec
 
 from . import metrics
 from .backends.base import StreamBroken
-from .engine import Answer, Engine, get_engine
+from .engine import Answer, BackendCall, Engine, get_engine
 from .extender_access import allowlist
 from .protocol import Verb
 
@@ -114,7 +114,7 @@ def route(engine: Engine, path: str) -> Route | Answer:
     verb = backend.config.verb_name(verb_string)
     if verb is None:
         return refusal(404, f"backend {backend_name!r} has no verb {verb_string!r}", "verb")
-    return backend_name, verb, lambda body: engine.per_backend(backend, verb, verb_string, body)
+    return backend_name, verb, BackendCall(engine, backend, verb, verb_string)
 
 
 def too_large(limit: int) -> Answer:

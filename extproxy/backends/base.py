@@ -17,6 +17,7 @@ from typing import Any, AsyncGenerator
 from ..config import BackendConfig
 from ..protocol import Verb
 from ..recording.trace import Trace
+from .feed import BodyFeed
 
 
 @dataclass(slots=True)
@@ -55,6 +56,12 @@ class Backend(abc.ABC):
         stream: the caller can pass a reply larger than the reply bound on as a stream
         (the per-backend form); otherwise such a reply is a failed call.
         """
+
+    async def exchange_feed(self, verb: Verb, verb_string: str, feed: BodyFeed, *, stream: bool = False) -> Exchange:
+        """`exchange` of a body still arriving (feed.py). This one waits for the whole body;
+        a backend that can pass it on as it arrives (HTTP) overrides it. Raises FeedBroken when
+        the body never arrives whole: there is then no call to answer."""
+        return await self.exchange(verb, verb_string, await feed.whole(), stream=stream)
 
     async def close(self) -> None:
         return None

@@ -61,6 +61,7 @@ class Connection(asyncio.Protocol):
         self._error: BaseException | None = None
         self._paused = False
         self._streaming = False
+        self.close_after = False  # not reusable whatever the reply says (a request not sent whole)
 
     # asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -185,7 +186,7 @@ class Connection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        return self.complete and self._keep_alive and self.usable and not self._parts
+        return self.complete and self._keep_alive and self.usable and not self._parts and not self.close_after
 
     def _close(self) -> None:
         if self.transport is not None:

@@ -28,6 +28,7 @@ from ..aside import aside
 from ..config import BackendConfig
 from ..protocol import Verb
 from .base import Backend, Exchange, StreamBroken, incomplete_finding, now, truncated_finding
+from .feed import BodyFeed
 from .wire import Client, WireError
 
 POOL_SIZE = 64  # connections per backend and process; more callers wait for a free one
@@ -130,14 +131,21 @@ class HTTPBackend(Backend):
                 client = self._clients[loop] = Client(ctx, self._server_hostname or None, limit=POOL_SIZE)
         return client
 
-    async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
+    async def exchange_feed(self, verb: Verb, verb_string: str, feed: BodyFeed, *, stream: bool = False) -> Exchange:
+        """The request is sent on as it arrives (feed.py); its deadline starts at its head."""
+        return await self.exchange(verb, verb_string, feed, stream=stream)
+
+    async def exchange(self, verb: Verb, verb_string: str, body: bytes | BodyFeed, *, stream: bool = False) -> Exchange:
         started = now()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         aside.sent()  # the loop's bookkeeping runs while this request is with the backend
         expiry = Expiry(loop, deadline)
         try:
-            reply = await self._client().post(self.url_for(verb_string), body, self.max_reply_bytes, stream, RELAY_BYTES)
+            if not isinstance(body, BodyFeed):
+                reply = await self._client().post(self.url_for(verb_string), body, self.max_reply_bytes, stream, RELAY_BYTES)
+            else:
+                reply = await self._client().post_feed(self.url_for(verb_string), body, self.max_reply_bytes, stream, RELAY_BYTES)
         except asyncio.CancelledError:
             if not expiry.expired():
                 raise

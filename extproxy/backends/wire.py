@@ -19,6 +19,10 @@ connections, their pools and the parsing, nothing about extenders.
   each part on as it arrives instead of after the last one.
 - Redirects: followed like Go's client (at most 10; 307/308 keep the POST, 301/302/303 turn into
   a GET without body).
+- A body still arriving (`post_feed`, a feed.BodyFeed): the head and the parts so far are
+  written at once, each later part as it arrives. A reply head that comes before the body's last
+  part ends the passing on, and that connection is closed after the reply (a backend that
+  answers early may not read the rest). A redirect waits for the whole body and sends it whole.
 - Timeouts are the caller's (asyncio.timeout around the whole exchange, body included).
 """
 from __future__ import annotations
@@ -29,10 +33,11 @@ import ssl
 import time
 import zlib
 from dataclasses import dataclass
-from typing import AsyncGenerator
+from typing import AsyncGenerator, Callable
 from urllib.parse import urljoin, urlsplit
 
 from .connection import Closed, ConnectFailed, Connection, TooManyRedirects, WireError
+from .feed import BodyFeed
 
 __all__ = ["Client", "Closed", "ConnectFailed", "Reply", "Target", "TooManyRedirects", "WireError"]
 
@@ -179,13 +184,13 @@ class Client:
             pool = self._pools[key] = Pool(target.host, target.port, ctx, self._server_hostname, self._limit, self._keepalive)
         return pool
 
-    async def post(self, url: str, body: bytes, limit: int, stream: bool, relay: int = 0) -> Reply:
+    async def post(self, url: str, body: bytes | None, limit: int, stream: bool, relay: int = 0,
+                   method: bytes = b"POST", hops: int = 11) -> Reply:
         """One POST (redirects followed). Over `limit` bytes: `rest` when `stream`, else the
         first part and overflow are returned with `rest` None and the connection dropped.
         `relay` > 0 (with `stream`): a large reply comes back at its head (module docstring)."""
-        method = b"POST"
-        payload_or_none: bytes | None = body
-        for _ in range(11):
+        payload_or_none = body
+        for _ in range(hops):
             target = self.target(url)
             pool = self._pool(target)
             conn = await self._send(
@@ -205,6 +210,49 @@ class Client:
                 _drop(pool, conn)
                 raise
         raise TooManyRedirects("stopped after 10 redirects")
+
+    async def post_feed(self, url: str, feed: BodyFeed, limit: int, stream: bool, relay: int = 0) -> Reply:
+        """`post` of a body that is still arriving (module docstring)."""
+        target = self.target(url)
+        pool = self._pool(target)
+        conn = await self._send_feed(pool, target.head(b"POST", feed.length), feed)
+        try:
+            if not feed.complete:
+                conn.close_after = True  # answered early: the backend may not read the rest
+            location = conn.header(b"location")
+            if not (conn.status in REDIRECTS and location is not None):
+                return await self._reply(pool, conn, limit, stream, relay)
+            await conn.read_at_most(1 << 20)  # the redirect's own body is dropped
+        except BaseException:
+            _drop(pool, conn)
+            raise
+        pool.release(conn)
+        url = urljoin(url, location.decode("latin-1"))
+        if conn.status in (301, 302, 303):
+            return await self.post(url, None, limit, stream, relay, method=b"GET", hops=10)
+        return await self.post(url, await feed.whole(), limit, stream, relay, hops=10)
+
+    async def _send_feed(self, pool: Pool, head: bytes, feed: BodyFeed) -> Connection:
+        """As `_send`; the retry on a fresh connection writes the parts so far again."""
+        for fresh in (False, True):
+            conn = await pool.acquire(fresh)
+            reused = conn.used > 0
+            sink = _writer(conn)
+            try:
+                conn.send(head, None)
+                feed.attach(sink)
+                await conn.read_head()
+                return conn
+            except Closed as exc:
+                _drop(pool, conn)
+                if fresh or not (reused and not exc.got_bytes):
+                    raise
+            except BaseException:
+                _drop(pool, conn)
+                raise
+            finally:
+                feed.detach(sink)
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def _send(self, pool: Pool, head: bytes, body: bytes | None) -> Connection:
         conn = await pool.acquire()
@@ -249,6 +297,18 @@ class Client:
         for pool in self._pools.values():
             pool.close()
         self._pools.clear()
+
+
+def _writer(conn: Connection) -> Callable[[bytes], None]:
+    """What passes a request's parts to `conn`: nothing once it is closing (the attempt failed)."""
+    transport = conn.transport
+    assert transport is not None
+
+    def write(part: bytes) -> None:
+        if not transport.is_closing():
+            transport.write(part)
+
+    return write
 
 
 def _drop(pool: Pool, conn: Connection) -> None:

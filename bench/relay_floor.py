@@ -1,0 +1,235 @@
+"""The floor under any Python proxy on the judged pinning: a bare byte relay beside extproxy.
+
+Issue 8's full-object target (p50 <= 1.15x direct) asks what a second hop in Python can cost at
+all when it shares one core with the load client. This runs, in alternating batches of one run
+(full-object filter, N=1000 nodes, 2.9 MB each way, one caller; the same pinning as `make bench`):
+
+- direct: the client to the reference backend;
+- relay cut: a uvloop process on the proxy's core that passes each side's bytes on as they
+  arrive (no HTTP parsing, no copy kept): what a proxy without any per-call work costs;
+- relay store: the same, but the request is held until its last byte (Content-Length) and then
+  sent on in one write, as extproxy's listener does today; replies are passed on as they arrive;
+- extproxy: the extender listener, recording off (`--recording` to turn it on).
+
+The ratios of the two relays against direct bound what cut-through of the request could buy
+and what no Python proxy on that core can go below.
+
+    .venv/bin/python bench/relay_floor.py [--mode full|names] [--n 1000] [--recording] [--also CHECKOUT]
+    .venv/bin/python bench/relay_floor.py --serve PORT TARGET_PORT cut|store   # the relay alone
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hop_costs import batch, reference_config, start_reference  # noqa: E402
+from run import (BACKEND_CORE, HOST, PIN, PROXY_CORE, PYTHON, ROOT, UVICORN, build_bodies, free_port, pct,  # noqa: E402
+                 pinned, proxy_env, stop, wait_http)
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+ROUNDS = 6
+
+
+# --- the relay ----------------------------------------------------------------------------------
+
+
+class Side(asyncio.Protocol):
+    """One end of a relayed connection: what it receives goes to `peer` (with flow control)."""
+
+    def __init__(self, store: bool) -> None:
+        self.peer: Side | None = None
+        self.transport: asyncio.Transport | None = None
+        self.pending: list[bytes] = []  # bytes that arrived before the peer was connected
+        self.store = store  # hold a request until its last byte
+        self.held: list[bytes] = []
+        self.need = -1  # bytes of the current request still to come (-1: head not seen yet)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.store:
+            self._send(data)
+            return
+        self.held.append(data)
+        if self.need < 0:
+            joined = b"".join(self.held)
+            end = joined.find(b"\r\n\r\n")
+            if end < 0:
+                self.held = [joined]
+                return
+            length = 0
+            for line in joined[:end].split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            self.need = end + 4 + length
+            self.held = [joined]
+        if sum(map(len, self.held)) >= self.need:
+            whole = b"".join(self.held)
+            self._send(whole[:self.need])
+            rest = whole[self.need:]
+            self.held, self.need = [], -1
+            if rest:
+                self.data_received(rest)
+
+    def _send(self, data: bytes) -> None:
+        if self.peer is None or self.peer.transport is None:
+            self.pending.append(data)
+        else:
+            self.peer.transport.write(data)
+
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+
+async def serve_relay(port: int, target: int, mode: str) -> None:
+    loop = asyncio.get_running_loop()
+
+    def accepted() -> Side:
+        client = Side(store=mode == "store")
+
+        async def connect() -> None:
+            _, backend = await loop.create_connection(lambda: Side(store=False), HOST, target)
+            backend.peer, client.peer = client, backend
+            for data in client.pending:
+                backend.transport.write(data)
+            client.pending.clear()
+
+        loop.create_task(connect())
+        return client
+
+    server = await loop.create_server(accepted, HOST, port)
+    await server.serve_forever()
+
+
+# --- the measurement ----------------------------------------------------------------------------
+
+
+async def compare(urls: dict[str, str], body: bytes, per_round: int) -> dict[str, list[float]]:
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=8, keepalive_timeout=60),
+                                    headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
+    expected = None
+
+    def poster(url: str):
+        async def call() -> None:
+            async with session.post(url, data=body) as resp:
+                data = await resp.read()
+                assert resp.status == 200, (url, resp.status, data[:200])
+                nonlocal expected
+                if expected is None:
+                    expected = data
+                assert data == expected, f"{url} answered differently"
+        return call
+
+    calls = {name: poster(url) for name, url in urls.items()}
+    for call in calls.values():
+        await batch(call, max(5, per_round // 4))  # warm-up
+    results: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(ROUNDS):
+        for name, call in calls.items():
+            results[name] += await batch(call, per_round)
+    await session.close()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--serve", nargs=3, metavar=("PORT", "TARGET_PORT", "MODE"))
+    parser.add_argument("--mode", choices=("full", "names"), default="full")
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--recording", action="store_true")
+    parser.add_argument("--also", metavar="CHECKOUT", help="a second extproxy from another checkout (e.g. a worktree "
+                        "of an earlier commit, with its own .venv), measured in the same run")
+    args = parser.parse_args()
+    import uvloop
+
+    if args.serve:
+        port, target, mode = args.serve
+        uvloop.run(serve_relay(int(port), int(target), mode))
+        return 0
+
+    tmp = Path(tempfile.mkdtemp(prefix="extproxy-floor-"))
+    procs: list[tuple[subprocess.Popen, str]] = []
+    try:
+        body = build_bodies([args.n])[(args.mode, args.n)]
+        if PIN:
+            os.sched_setaffinity(0, {PROXY_CORE})
+        ref_port, main_port, ext_port, cut_port, store_port = (free_port() for _ in range(5))
+        procs.append((start_reference(ref_port), "reference backend"))
+        for port, mode in ((cut_port, "cut"), (store_port, "store")):
+            relay = subprocess.Popen(pinned([PYTHON, __file__, "--serve", str(port), str(ref_port), mode], PROXY_CORE), cwd=ROOT)
+            procs.append((relay, f"relay {mode}"))
+        config = reference_config(tmp, ref_port, node_cache_capable=args.mode == "names", recording=args.recording)
+        env = proxy_env(config, tmp)
+        env["EXTPROXY_EXTENDER_PORT"] = str(ext_port)
+        subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
+        proxy = subprocess.Popen(pinned([UVICORN, "extproxy.asgi:application", "--host", HOST, "--port", str(main_port),
+                                         "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on"],
+                                        PROXY_CORE), cwd=ROOT, env=env)
+        procs.append((proxy, "extproxy"))
+        wait_http(f"http://{HOST}:{main_port}/healthz", proxy, "extproxy")
+        if args.also:
+            also = Path(args.also).resolve()
+            also_main, also_ext, also_tmp = free_port(), free_port(), tmp / "also"
+            also_tmp.mkdir()
+            also_env = proxy_env(config, also_tmp)
+            also_env["EXTPROXY_EXTENDER_PORT"] = str(also_ext)
+            also_python = str(also / ".venv" / "bin" / "python")
+            subprocess.run([also_python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=also, env=also_env, check=True)
+            other = subprocess.Popen(pinned([str(also / ".venv" / "bin" / "uvicorn"), "extproxy.asgi:application", "--host", HOST,
+                                             "--port", str(also_main), "--loop", "uvloop", "--http", "httptools",
+                                             "--no-access-log", "--lifespan", "on"], PROXY_CORE), cwd=also, env=also_env)
+            procs.append((other, "extproxy (also)"))
+            wait_http(f"http://{HOST}:{also_main}/healthz", other, "extproxy (also)")
+        time.sleep(0.5)  # the relays listen long before extproxy is ready; this is margin only
+        path = "/ext/filter"
+        urls = {
+            "direct": f"http://{HOST}:{ref_port}{path}",
+            "relay cut": f"http://{HOST}:{cut_port}{path}",
+            "relay store": f"http://{HOST}:{store_port}{path}",
+            "extproxy": f"http://{HOST}:{ext_port}/extender/ref/filter",
+        }
+        if args.also:
+            urls["extproxy also"] = f"http://{HOST}:{also_ext}/extender/ref/filter"
+        per_round = max(10, int((40 if args.mode == "full" else 300) * SCALE))
+        print(f"relay floor: {args.mode} N={args.n} c=1, {len(body) / 1e6:.2f} MB, {ROUNDS} rounds of {per_round}; "
+              f"recording {'on' if args.recording else 'off'}; "
+              f"{'pinned: client, relays and extproxy core %d, backend core %d' % (PROXY_CORE, BACKEND_CORE) if PIN else 'not pinned'}; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        results = uvloop.run(compare(urls, body, per_round))
+        direct = results["direct"]
+        for name, lat in results.items():
+            print(f"  {name:12s} p50 {pct(lat, 0.5) * 1e3:7.3f} ms  p99 {pct(lat, 0.99) * 1e3:7.3f} ms  "
+                  f"ratio p50 {pct(lat, 0.5) / pct(direct, 0.5):5.2f}x  p99 {pct(lat, 0.99) / pct(direct, 0.99):5.2f}x  ({len(lat)} calls)")
+        print(f"load average at the end {os.getloadavg()[0]:.2f}")
+        return 0
+    finally:
+        for proc, what in reversed(procs):
+            stop(proc, what)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
