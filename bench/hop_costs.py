@@ -26,13 +26,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from run import (BACKEND_CORE, HOST, PIN, PROXY_CORE, PYTHON, ROOT, UVICORN, build_bodies, free_port, pct,  # noqa: E402
+from run import (BACKEND_CORE, HOST, PIN, PROXY_CORE, PYTHON, ROOT, build_bodies, free_port, pct,  # noqa: E402
                  pinned, proxy_env, stop, wait_http)
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
@@ -131,6 +132,34 @@ def start_reference(port: int) -> subprocess.Popen:
     return ref
 
 
+Procs = list[tuple[subprocess.Popen, str]]
+
+
+def start_extproxy(checkout: Path, config: Path, data: Path, extender_port: int, *, recording: bool = False,
+                   wrap: Callable[[list[str]], list[str]] = lambda cmd: cmd, ready: bool = True,
+                   name: str = "extproxy", **env_vars: str) -> tuple[Procs, int]:
+    """extproxy of `checkout` (with its own .venv) as `make run` starts it, pinned to the proxy core:
+    migrated, serving (main port free on loopback, the extender listener on `extender_port`), and
+    with `recording` its recorder process beside it. `wrap` wraps each command (a network
+    namespace); `ready`: wait for /healthz. Returns (processes, stop them in reverse; main port)."""
+    python, uvicorn = str(checkout / ".venv" / "bin" / "python"), str(checkout / ".venv" / "bin" / "uvicorn")
+    data.mkdir(parents=True, exist_ok=True)
+    env = proxy_env(config, data)
+    env.update(EXTPROXY_EXTENDER_PORT=str(extender_port), **env_vars)
+    subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=checkout, env=env, check=True)
+    main_port = free_port()
+    procs: Procs = [(subprocess.Popen(wrap(pinned([uvicorn, "extproxy.asgi:application", "--host", HOST, "--port",
+                                                   str(main_port), "--loop", "uvloop", "--http", "httptools",
+                                                   "--no-access-log", "--lifespan", "on"], PROXY_CORE)),
+                                      cwd=checkout, env=env), name)]
+    if recording:
+        procs.append((subprocess.Popen(wrap(pinned([python, "manage.py", "recorder"], PROXY_CORE)), cwd=checkout, env=env),
+                      f"{name} recorder"))
+    if ready:
+        wait_http(f"http://{HOST}:{main_port}/healthz", procs[0][0], name)
+    return procs, main_port
+
+
 def reference_config(tmp: Path, ref_port: int, node_cache_capable: bool, recording: bool) -> Path:
     """An extproxy configuration file with the one backend `ref` in front of the reference backend."""
     config = tmp / "extproxy.json"
@@ -145,30 +174,26 @@ def main() -> int:
     import uvloop
 
     tmp = Path(tempfile.mkdtemp(prefix="extproxy-hop-"))
-    ref = proxy = None
+    ref = None
+    procs: Procs = []
     try:
         body = build_bodies([1000])[("names", 1000)]
         if PIN:
             os.sched_setaffinity(0, {PROXY_CORE})
-        ref_port, main_port, ext_port = free_port(), free_port(), free_port()
+        ref_port, ext_port = free_port(), free_port()
         ref = start_reference(ref_port)
         config = reference_config(tmp, ref_port, node_cache_capable=True, recording=False)
-        env = proxy_env(config, tmp)
-        env["EXTPROXY_EXTENDER_PORT"] = str(ext_port)
-        subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
-        proxy = subprocess.Popen(pinned([UVICORN, "extproxy.asgi:application", "--host", HOST, "--port", str(main_port),
-                                         "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on"],
-                                        PROXY_CORE), cwd=ROOT, env=env)
-        wait_http(f"http://{HOST}:{main_port}/healthz", proxy, "extproxy")
+        procs, main_port = start_extproxy(ROOT, config, tmp, ext_port)
         print(f"hop costs; {'pinned: client+extproxy core %d, backend core %d' % (PROXY_CORE, BACKEND_CORE) if PIN else 'not pinned'}; "
               f"load average {os.getloadavg()[0]:.2f}")
         uvloop.run(clients(f"http://{HOST}:{ref_port}/ext/filter", body))
         path = "/extender/ref/filter"
-        uvloop.run(servers(f"http://{HOST}:{main_port}{path}", f"http://{HOST}:{ext_port}{path}", body, proxy.pid))
+        uvloop.run(servers(f"http://{HOST}:{main_port}{path}", f"http://{HOST}:{ext_port}{path}", body, procs[0][0].pid))
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
         return 0
     finally:
-        stop(proxy, "extproxy")
+        for proc, what in reversed(procs):
+            stop(proc, what)
         stop(ref, "reference backend")
         shutil.rmtree(tmp, ignore_errors=True)
 

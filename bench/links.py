@@ -9,8 +9,9 @@ This builds three network namespaces (scheduler, proxy, backend) joined by veth 
 shaped with a token bucket to `--rate` (per direction, as a full-duplex link): scheduler-proxy,
 proxy-backend, and scheduler-backend for the direct calls. Then, in alternating batches of one run
 (full-object filter, N=1000, one caller): direct, the extender listener of this checkout, and that
-of `--also CHECKOUT` when given (e.g. a worktree of an earlier commit). Recording off unless
-`--recording`. Pinned as `make bench` pins (scheduler side and proxies core 0, backend core 1).
+of `--also CHECKOUT` when given (e.g. a worktree of an earlier commit). Recording off unless `--recording` (then with each
+extproxy's recorder process on the proxy's core, as `make bench` runs it). Pinned as `make bench`
+pins (scheduler side and proxies core 0, backend core 1).
 Needs root (ip netns, tc); removes its namespaces at the end.
 
     .venv/bin/python bench/links.py [--rate 1gbit] [--also CHECKOUT] [--recording]
@@ -18,6 +19,7 @@ Needs root (ip netns, tc); removes its namespaces at the end.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
@@ -29,10 +31,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from run import BACKEND_CORE, PIN, PROXY_CORE, PYTHON, ROOT, build_bodies, pct, pinned, proxy_env, stop  # noqa: E402
+from hop_costs import Procs, start_extproxy  # noqa: E402
+from relay_floor import ROUNDS, compare, report  # noqa: E402
+from run import BACKEND_CORE, PIN, PROXY_CORE, PYTHON, ROOT, build_bodies, pinned, stop  # noqa: E402
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
-ROUNDS = 6
 SCHED, PROXY, BACKEND = "xp-sched", "xp-proxy", "xp-backend"
 # (namespace, device, address) of each link's two ends
 LINKS = [
@@ -70,59 +73,33 @@ def tear_down() -> None:
         subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
 
 
-def start_proxy(checkout: Path, tmp: Path, config: Path, port: int, recording: bool) -> subprocess.Popen:
-    data = tmp / f"data-{port}"
-    data.mkdir()
-    env = proxy_env(config, data)
-    env.update(EXTPROXY_EXTENDER_PORT=str(port), EXTPROXY_EXTENDER_HOST="10.77.1.2", EXTPROXY_EXTENDER_ALLOW="10.77.0.0/16")
-    python = str(checkout / ".venv" / "bin" / "python")
-    subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=checkout, env=env, check=True)
-    cmd = [str(checkout / ".venv" / "bin" / "uvicorn"), "extproxy.asgi:application", "--host", "127.0.0.1",
-           "--port", str(port + 1), "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on"]
-    return subprocess.Popen(in_ns(PROXY, pinned(cmd, PROXY_CORE)), cwd=checkout, env=env)
+def start_proxy(checkout: Path, tmp: Path, config: Path, port: int, recording: bool, name: str) -> Procs:
+    """extproxy of `checkout` in the proxy's namespace, its listener on the scheduler's link."""
+    procs, _ = start_extproxy(checkout, config, tmp / f"data-{port}", port, recording=recording, name=name,
+                              wrap=lambda cmd: in_ns(PROXY, cmd), ready=False,  # the client waits for it
+                              EXTPROXY_EXTENDER_HOST="10.77.1.2", EXTPROXY_EXTENDER_ALLOW="10.77.0.0/16")
+    return procs
 
 
 async def measure(urls: dict[str, str], body: bytes, per_round: int) -> dict[str, list[float]]:
+    """relay_floor's comparison, once every side answers (the proxies start in their namespace)."""
     import aiohttp
 
-    from hop_costs import batch
-
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=8, keepalive_timeout=60),
-                                    headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
-    deadline = time.monotonic() + 60
-    for url in urls.values():  # ready: every side answers the call
-        while True:
-            try:
-                async with session.post(url, data=body) as resp:
-                    if resp.status == 200:
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + 60
+        for url in urls.values():
+            while True:
+                try:
+                    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
                         await resp.read()
-                        break
-            except aiohttp.ClientError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"not ready: {url}")
-            time.sleep(0.2)
-    expected: list[bytes] = []
-
-    def poster(url: str):
-        async def call() -> None:
-            async with session.post(url, data=body) as resp:
-                data = await resp.read()
-                assert resp.status == 200, (url, resp.status, data[:200])
-                if not expected:
-                    expected.append(data)
-                assert data == expected[0], f"{url} answered differently"
-        return call
-
-    calls = {name: poster(url) for name, url in urls.items()}
-    for call in calls.values():
-        await batch(call, 3)
-    results: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(ROUNDS):
-        for name, call in calls.items():
-            results[name] += await batch(call, per_round)
-    await session.close()
-    return results
+                        if resp.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"not ready: {url}")
+                await asyncio.sleep(0.2)
+    return await compare(urls, body, per_round)
 
 
 def client(args: argparse.Namespace) -> int:
@@ -137,12 +114,9 @@ def client(args: argparse.Namespace) -> int:
         urls["extproxy" if i == 0 else "extproxy also"] = f"http://10.77.1.2:{port}/extender/ref/filter"
     per_round = max(5, int(20 * SCALE))
     results = uvloop.run(measure(urls, body, per_round))
-    direct = results["direct"]
     print(f"links: full N={args.n} c=1, {len(body) / 1e6:.2f} MB, every link {args.rate} each way; "
           f"{ROUNDS} rounds of {per_round}; recording {'on' if args.recording else 'off'}; load average {os.getloadavg()[0]:.2f}")
-    for name, lat in results.items():
-        print(f"  {name:14s} p50 {pct(lat, 0.5) * 1e3:8.2f} ms  p99 {pct(lat, 0.99) * 1e3:8.2f} ms  "
-              f"ratio p50 {pct(lat, 0.5) / pct(direct, 0.5):5.2f}x  p99 {pct(lat, 0.99) / pct(direct, 0.99):5.2f}x  ({len(lat)} calls)")
+    report(results)
     return 0
 
 
@@ -172,10 +146,10 @@ def main() -> int:
                                                     "nodeCacheCapable": False}],
                                       "recording": {"enabled": args.recording}}))
         ports = [18100]
-        procs.append((start_proxy(ROOT, tmp, config, 18100, args.recording), "extproxy"))
+        procs += start_proxy(ROOT, tmp, config, 18100, args.recording, "extproxy")
         if args.also:
             ports.append(18200)
-            procs.append((start_proxy(Path(args.also).resolve(), tmp, config, 18200, args.recording), "extproxy (also)"))
+            procs += start_proxy(Path(args.also).resolve(), tmp, config, 18200, args.recording, "extproxy (also)")
         cmd = [PYTHON, __file__, "--client", "--rate", args.rate, "--n", str(args.n), "--ports", *map(str, ports)]
         if args.recording:
             cmd.append("--recording")

@@ -9,7 +9,8 @@ all when it shares one core with the load client. This runs, in alternating batc
   arrive (no HTTP parsing, no copy kept): what a proxy without any per-call work costs;
 - relay store: the same, but the request is held until its last byte (Content-Length) and then
   sent on in one write, as extproxy's listener does today; replies are passed on as they arrive;
-- extproxy: the extender listener, recording off (`--recording` to turn it on).
+- extproxy: the extender listener, recording off (`--recording`: on, with its recorder process
+  on the proxy's core, as `make bench` runs it).
 
 The ratios of the two relays against direct bound what cut-through of the request could buy
 and what no Python proxy on that core can go below.
@@ -26,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import aiohttp
@@ -34,9 +34,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hop_costs import batch, reference_config, start_reference  # noqa: E402
-from run import (BACKEND_CORE, HOST, PIN, PROXY_CORE, PYTHON, ROOT, UVICORN, build_bodies, free_port, pct,  # noqa: E402
-                 pinned, proxy_env, stop, wait_http)
+from hop_costs import batch, reference_config, start_extproxy, start_reference  # noqa: E402
+from run import BACKEND_CORE, HOST, PIN, PROXY_CORE, PYTHON, ROOT, build_bodies, free_port, pct, pinned, stop  # noqa: E402
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 ROUNDS = 6
@@ -154,6 +153,14 @@ async def compare(urls: dict[str, str], body: bytes, per_round: int) -> dict[str
     return results
 
 
+def report(results: dict[str, list[float]]) -> None:
+    """p50 and p99 of each side, and their ratios to the side named "direct"."""
+    direct = results["direct"]
+    for name, lat in results.items():
+        print(f"  {name:14s} p50 {pct(lat, 0.5) * 1e3:8.3f} ms  p99 {pct(lat, 0.99) * 1e3:8.3f} ms  "
+              f"ratio p50 {pct(lat, 0.5) / pct(direct, 0.5):5.2f}x  p99 {pct(lat, 0.99) / pct(direct, 0.99):5.2f}x  ({len(lat)} calls)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--serve", nargs=3, metavar=("PORT", "TARGET_PORT", "MODE"))
@@ -176,34 +183,19 @@ def main() -> int:
         body = build_bodies([args.n])[(args.mode, args.n)]
         if PIN:
             os.sched_setaffinity(0, {PROXY_CORE})
-        ref_port, main_port, ext_port, cut_port, store_port = (free_port() for _ in range(5))
+        ref_port, ext_port, cut_port, store_port = (free_port() for _ in range(4))
         procs.append((start_reference(ref_port), "reference backend"))
         for port, mode in ((cut_port, "cut"), (store_port, "store")):
             relay = subprocess.Popen(pinned([PYTHON, __file__, "--serve", str(port), str(ref_port), mode], PROXY_CORE), cwd=ROOT)
             procs.append((relay, f"relay {mode}"))
         config = reference_config(tmp, ref_port, node_cache_capable=args.mode == "names", recording=args.recording)
-        env = proxy_env(config, tmp)
-        env["EXTPROXY_EXTENDER_PORT"] = str(ext_port)
-        subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
-        proxy = subprocess.Popen(pinned([UVICORN, "extproxy.asgi:application", "--host", HOST, "--port", str(main_port),
-                                         "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--lifespan", "on"],
-                                        PROXY_CORE), cwd=ROOT, env=env)
-        procs.append((proxy, "extproxy"))
-        wait_http(f"http://{HOST}:{main_port}/healthz", proxy, "extproxy")
+        started, _ = start_extproxy(ROOT, config, tmp / "this", ext_port, recording=args.recording)
+        procs += started
         if args.also:
-            also = Path(args.also).resolve()
-            also_main, also_ext, also_tmp = free_port(), free_port(), tmp / "also"
-            also_tmp.mkdir()
-            also_env = proxy_env(config, also_tmp)
-            also_env["EXTPROXY_EXTENDER_PORT"] = str(also_ext)
-            also_python = str(also / ".venv" / "bin" / "python")
-            subprocess.run([also_python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=also, env=also_env, check=True)
-            other = subprocess.Popen(pinned([str(also / ".venv" / "bin" / "uvicorn"), "extproxy.asgi:application", "--host", HOST,
-                                             "--port", str(also_main), "--loop", "uvloop", "--http", "httptools",
-                                             "--no-access-log", "--lifespan", "on"], PROXY_CORE), cwd=also, env=also_env)
-            procs.append((other, "extproxy (also)"))
-            wait_http(f"http://{HOST}:{also_main}/healthz", other, "extproxy (also)")
-        time.sleep(0.5)  # the relays listen long before extproxy is ready; this is margin only
+            also_ext = free_port()
+            started, _ = start_extproxy(Path(args.also).resolve(), config, tmp / "also", also_ext,
+                                        recording=args.recording, name="extproxy (also)")
+            procs += started
         path = "/ext/filter"
         urls = {
             "direct": f"http://{HOST}:{ref_port}{path}",
@@ -218,11 +210,7 @@ def main() -> int:
               f"recording {'on' if args.recording else 'off'}; "
               f"{'pinned: client, relays and extproxy core %d, backend core %d' % (PROXY_CORE, BACKEND_CORE) if PIN else 'not pinned'}; "
               f"load average {os.getloadavg()[0]:.2f}")
-        results = uvloop.run(compare(urls, body, per_round))
-        direct = results["direct"]
-        for name, lat in results.items():
-            print(f"  {name:12s} p50 {pct(lat, 0.5) * 1e3:7.3f} ms  p99 {pct(lat, 0.99) * 1e3:7.3f} ms  "
-                  f"ratio p50 {pct(lat, 0.5) / pct(direct, 0.5):5.2f}x  p99 {pct(lat, 0.99) / pct(direct, 0.99):5.2f}x  ({len(lat)} calls)")
+        report(uvloop.run(compare(urls, body, per_round)))
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
         return 0
     finally:

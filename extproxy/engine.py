@@ -97,7 +97,7 @@ class Engine:
         """
         exchange = await backend.exchange_feed(verb, verb_string, feed, stream=True)
         try:
-            await feed.whole()
+            await feed.arrived()  # not joined here: the record joins it, in the aside
         except FeedBroken:
             if exchange.rest is not None:
                 await exchange.rest.aclose()

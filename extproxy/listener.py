@@ -35,7 +35,7 @@ import httptools
 
 from . import metrics
 from .backends.base import StreamBroken
-from .backends.feed import BodyFeed, FeedBroken
+from .backends.feed import BodyFeed
 from .engine import Answer, BackendCall, get_engine
 from .views import PREFIX, not_post, refusal, route, too_large
 
@@ -93,6 +93,15 @@ class RouteCache:
 _routes = RouteCache()
 
 
+class Fed:
+    """A request passed on while it arrives: its body, and its call started at its head."""
+
+    __slots__ = ("feed", "task", "duration", "started")
+
+    def __init__(self, feed: BodyFeed, task: asyncio.Task[Answer], duration: Any) -> None:
+        self.feed, self.task, self.duration, self.started = feed, task, duration, time.perf_counter()
+
+
 class ExtenderProtocol(asyncio.Protocol):
     """One client connection: parse, serve one request at a time, answer."""
 
@@ -104,8 +113,8 @@ class ExtenderProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
-        # (method, URL, the body or a fed request's call, keep-alive)
-        self._queue: deque[tuple[bytes, bytes, Any, bool]] = deque()
+        # (method, URL, the body or, for a request passed on while it arrived, its call, keep-alive)
+        self._queue: deque[tuple[bytes, bytes, bytes | Fed, bool]] = deque()
         self._busy = False
         self._paused = False  # reading stopped: a pipelined request arrived while one is served
         self._closing = False
@@ -117,9 +126,7 @@ class ExtenderProtocol(asyncio.Protocol):
         self._body_timer: asyncio.TimerHandle | None = None  # EXTPROXY_BODY_TIMEOUT per request
         self._in_message = False
         self.draining = False  # the listener stops: close after the answer in progress
-        # A request passed on while it arrives: its body and its call (task, duration, started).
-        self._feed: BodyFeed | None = None
-        self._fed: tuple[asyncio.Task[Answer], Any, float] | None = None
+        self._fed: Fed | None = None  # the request arriving now, when it is passed on as it arrives
         self._begin()
 
     def _begin(self) -> None:
@@ -217,23 +224,21 @@ class ExtenderProtocol(asyncio.Protocol):
         """Start the backend call of a large per-backend request now, its body to follow."""
         if self._parser.get_method() != b"POST":
             return
-        routed = self._routed(self._url)
+        routed = _routes.get(self._url) or self._resolve(self._url)
         if isinstance(routed, Answer):
             return  # refused once the request has arrived, as any other
         call, duration = routed
         if not isinstance(call, BackendCall):
             return  # the combined form: it must have the whole request
-        self._feed = BodyFeed(self._length)
-        self._fed = (self._loop.create_task(call.fed(self._feed)), duration, time.perf_counter())
+        feed = BodyFeed(self._length)
+        self._fed = Fed(feed, self._loop.create_task(call.fed(feed)), duration)
 
     def _abandon_feed(self) -> None:
         """The request being passed on will not arrive whole: its backend call is cancelled."""
-        feed, fed = self._feed, self._fed
-        if feed is None or fed is None:
-            return
-        self._feed = self._fed = None
-        feed.fail("the scheduler's request did not arrive whole")
-        fed[0].cancel()
+        fed, self._fed = self._fed, None
+        if fed is not None:
+            fed.feed.fail("the scheduler's request did not arrive whole")
+            fed.task.cancel()
 
     def on_body(self, body: bytes) -> None:
         if self._over:
@@ -244,8 +249,8 @@ class ExtenderProtocol(asyncio.Protocol):
             self._parts.clear()
             self._refuse(too_large(self._limit))
             return
-        if self._feed is not None:
-            self._feed.add(body)
+        if self._fed is not None:
+            self._fed.feed.add(body)
         else:
             self._parts.append(body)
 
@@ -256,10 +261,10 @@ class ExtenderProtocol(asyncio.Protocol):
             self._body_timer = None
         if self._closing:
             return
-        body: bytes | tuple[asyncio.Task[Answer], Any, float]
-        if self._feed is not None and self._fed is not None:
-            self._feed.finish()
-            body, self._feed, self._fed = self._fed, None, None
+        body: bytes | Fed
+        if self._fed is not None:
+            self._fed.feed.finish()
+            body, self._fed = self._fed, None
         else:
             parts = self._parts
             body = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -274,10 +279,10 @@ class ExtenderProtocol(asyncio.Protocol):
         try:
             while self._queue and not self._closing:
                 method, url, body, keep_alive = self._queue.popleft()
-                if type(body) is tuple:
+                if isinstance(body, Fed):
                     await self._one_fed(body, keep_alive and not self.draining)
                 else:
-                    await self._one(method, url, body or b"", keep_alive and not self.draining)
+                    await self._one(method, url, body, keep_alive and not self.draining)
                 if not keep_alive or self.draining:
                     self._close()
         except Exception:  # a bug costs this connection, never the listener
@@ -292,11 +297,8 @@ class ExtenderProtocol(asyncio.Protocol):
             self._arm_idle()
 
     @staticmethod
-    def _routed(url: bytes) -> tuple[Callable, Any] | Answer:
-        """(the call, its duration histogram) for an extender URL, or the refusal to answer."""
-        routed = _routes.get(url)
-        if routed is not None:
-            return routed
+    def _resolve(url: bytes) -> tuple[Callable, Any] | Answer:
+        """(the call, its duration histogram) for an extender URL not routed yet, or the refusal."""
         path = url.partition(b"?")[0].decode("latin-1")
         if not path.startswith(PREFIX):
             return refusal(404, f"this port serves only {PREFIX}...: {path}", "path")
@@ -306,7 +308,7 @@ class ExtenderProtocol(asyncio.Protocol):
         started = time.perf_counter()
         routed: tuple[Callable, Any] | Answer | None = _routes.get(url)
         if routed is None:
-            routed = self._routed(url)
+            routed = self._resolve(url)
         if isinstance(routed, Answer):
             await self._answer(routed, keep_alive)
             return
@@ -317,16 +319,10 @@ class ExtenderProtocol(asyncio.Protocol):
         await self._answer(await call(body), keep_alive)
         duration.observe(time.perf_counter() - started)
 
-    async def _one_fed(self, fed: tuple[asyncio.Task[Answer], Any, float], keep_alive: bool) -> None:
+    async def _one_fed(self, fed: Fed, keep_alive: bool) -> None:
         """A request whose call started at its head; it has now arrived whole."""
-        task, duration, started = fed
-        try:
-            answer = await task
-        except FeedBroken:  # cannot happen once it arrived whole; never answered if it does
-            self._close()
-            return
-        await self._answer(answer, keep_alive)
-        duration.observe(time.perf_counter() - started)
+        await self._answer(await fed.task, keep_alive)
+        fed.duration.observe(time.perf_counter() - fed.started)
 
     async def _answer(self, answer: Answer, keep_alive: bool) -> None:
         transport = self.transport

@@ -75,6 +75,11 @@ class BodyFeed:
 
     async def whole(self) -> bytes:
         """The whole body, once its last part has arrived (FeedBroken if it never will)."""
+        await self.arrived()
+        return self.joined()
+
+    async def arrived(self) -> None:
+        """Returns once the last part has arrived (FeedBroken if it never will); joins nothing."""
         while not self._complete:
             if self._broken:
                 raise FeedBroken(self._broken)
@@ -83,7 +88,6 @@ class BodyFeed:
                 await self._waiter
             finally:
                 self._waiter = None
-        return self.joined()
 
     def joined(self) -> bytes:
         """The parts so far as one bytes object (made once, when the body is complete)."""
