@@ -87,6 +87,7 @@ class StepBackend:
                     self.cut_off[index] = True
                     return
                 body += chunk
+            self.bodies[index] = body[:length]  # before the answer: the test reads it once answered
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(REPLY) + REPLY)
             self.answered.set()
             while len(body) < length:  # answered early: the rest of the body is still this request's
@@ -97,6 +98,13 @@ class StepBackend:
                 body += chunk
             self.bodies[index] = body[:length]
             data = body[length:]
+
+    def cut_off_seen(self, index: int, seconds: float = 20) -> bool:
+        """Wait until connection `index` was seen closed early (its thread sees it a moment later)."""
+        deadline = time.monotonic() + seconds
+        while not self.cut_off[index] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.cut_off[index]
 
     def close(self) -> None:
         self._listener.close()
@@ -189,9 +197,7 @@ def test_a_request_that_never_arrives_whole_is_neither_answered_nor_recorded(lis
         else:
             head, body = read_answer(sock)  # after EXTPROXY_BODY_TIMEOUT
             assert head.startswith(b"HTTP/1.1 408 ") and b"EXTPROXY_BODY_TIMEOUT" in body
-    deadline = time.monotonic() + 20
-    while not backend.cut_off[0] and time.monotonic() < deadline:
-        time.sleep(0.02)
+    assert backend.cut_off_seen(0)
     assert backend.cut_off == [True]  # its backend connection was closed before the announced length
     assert not backend.answered.is_set()
 
@@ -218,6 +224,7 @@ def test_a_backend_that_answers_before_the_last_byte_is_answered_after_it_and_no
         sock.sendall(head_for(len(BODY)) + BODY)  # the next call gets a new backend connection
         head, body = read_answer(sock)
         assert head.startswith(b"HTTP/1.1 200 ") and body == REPLY
+    assert backend.cut_off_seen(0)
     backend.close()
     # A second connection: reusing the first would have sent the next request as the rest of this body.
     assert len(backend.bodies) == 2 and backend.bodies[1] == BODY and backend.cut_off == [True, False]
