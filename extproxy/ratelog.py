@@ -9,15 +9,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 
 
 class RateLimitedLog:
+    # Every instance, so that what they remember can be forgotten at once (`forget_all`).
+    _instances: weakref.WeakSet[RateLimitedLog] = weakref.WeakSet()
+
     def __init__(self, logger: logging.Logger, interval: float = 60.0) -> None:
         self.logger = logger
         self.interval = interval
         self._last: dict[str, float] = {}
         self._skipped: dict[str, int] = {}
         self._lock = threading.Lock()
+        RateLimitedLog._instances.add(self)
+
+    @classmethod
+    def forget_all(cls) -> None:
+        """Every kind logs again on its next occurrence. The logs are module globals, so without
+        this whether a line is written depends on what the process did before (tests: each test
+        starts from none)."""
+        for instance in list(cls._instances):
+            with instance._lock:
+                instance._last.clear()
+                instance._skipped.clear()
 
     def emit(self, level: int, kind: str, message: str, *args: object, exc_info: bool = False) -> bool:
         """Log unless `kind` was logged less than `interval` ago; True when it was logged."""

@@ -365,6 +365,15 @@ def redis_url():
     server.stop()
 
 
+@pytest.fixture(autouse=True)
+def _rate_limited_logs_forgotten():
+    """A test that looks for a log line finds it whatever ran before: the rate-limited logs
+    (extproxy/ratelog.py) are process-wide and would leave out a kind logged by an earlier test."""
+    from extproxy.ratelog import RateLimitedLog
+
+    RateLimitedLog.forget_all()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_sessions_left_at_teardown(django_db_setup, django_db_blocker):
     """On PostgreSQL, the test database can be dropped only when no session uses it; threads of
