@@ -17,7 +17,6 @@ extproxy process from /proc/<pid>/stat for 2).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -96,23 +95,27 @@ async def clients(ref_url: str, body: bytes) -> None:
         print(line(f"aiohttp.ClientSession" if name == "aiohttp" else "extproxy wire.Client", lat, cpu / len(lat)))
 
 
-async def servers(main_url: str, listener_url: str, body: bytes, pid: int) -> None:
+async def servers(main_url: str, listener_url: str, body: bytes, main_pid: int, listener_pid: int) -> None:
+    """The same calls through each port, round by round. Two extproxy processes: with the extender
+    listener on, the main port refuses /extender/ (asgi.py), so the main port's side is an extproxy
+    without one."""
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
                                     headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
 
     def poster(url: str):
         async def call() -> None:
             async with session.post(url, data=body) as resp:
-                await resp.read()
-                assert resp.status == 200
+                answer = await resp.read()
+                assert resp.status == 200, (url, resp.status, answer[:300])
         return call
 
-    sides = {"main port (uvicorn ASGI)": poster(main_url), "extender listener": poster(listener_url)}
+    sides = {"main port (uvicorn ASGI)": (poster(main_url), main_pid),
+             "extender listener": (poster(listener_url), listener_pid)}
     results: dict[str, tuple[list[float], float, float]] = {name: ([], 0.0, 0.0) for name in sides}
-    for call in sides.values():
+    for call, _ in sides.values():
         await batch(call, 50)
     for _ in range(ROUNDS):
-        for name, call in sides.items():
+        for name, (call, pid) in sides.items():
             u0, s0 = cpu_split(pid)
             lat = await batch(call, PER_ROUND)
             u1, s1 = cpu_split(pid)
@@ -183,12 +186,15 @@ def main() -> int:
         ref_port, ext_port = free_port(), free_port()
         ref = start_reference(ref_port)
         config = reference_config(tmp, ref_port, node_cache_capable=True, recording=False)
-        procs, main_port = start_extproxy(ROOT, config, tmp, ext_port)
+        procs, _ = start_extproxy(ROOT, config, tmp / "listener", ext_port)
+        main_only, main_port = start_extproxy(ROOT, config, tmp / "main", 0, name="extproxy without a listener")
+        procs += main_only
         print(f"hop costs; {'pinned: client+extproxy core %d, backend core %d' % (PROXY_CORE, BACKEND_CORE) if PIN else 'not pinned'}; "
               f"load average {os.getloadavg()[0]:.2f}")
         uvloop.run(clients(f"http://{HOST}:{ref_port}/ext/filter", body))
         path = "/extender/ref/filter"
-        uvloop.run(servers(f"http://{HOST}:{main_port}{path}", f"http://{HOST}:{ext_port}{path}", body, procs[0][0].pid))
+        uvloop.run(servers(f"http://{HOST}:{main_port}{path}", f"http://{HOST}:{ext_port}{path}", body,
+                           main_only[0][0].pid, procs[0][0].pid))
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
         return 0
     finally:

@@ -219,7 +219,8 @@ EXTPROXY_HEAP_KEEP_BYTES = envint("EXTPROXY_HEAP_KEEP_BYTES", 32 * 1024 * 1024)
 # so that the event loop keeps serving other calls (and their timeouts) meanwhile.
 EXTPROXY_OFFLOAD_BYTES = envint("EXTPROXY_OFFLOAD_BYTES", 1024 * 1024)
 # The extender listener (listener.py): POST /extender/... on its own port, without the ASGI
-# layers; 0 = none (the main port serves /extender/ either way).
+# layers. 0 = none: the main port serves /extender/. Set, the main port answers 404 for
+# /extender/ (asgi.py), so that the scheduler's port is the only way in.
 EXTPROXY_EXTENDER_PORT = envint("EXTPROXY_EXTENDER_PORT", 0)
 EXTPROXY_EXTENDER_HOST = os.environ.get("EXTPROXY_EXTENDER_HOST") or os.environ.get("HOST") or "127.0.0.1"
 
