@@ -7,7 +7,9 @@ all when it shares one core with the load client. This runs, in alternating batc
 - direct: the client to the reference backend;
 - relay cut: a uvloop process on the proxy's core that passes each side's bytes on as they
   arrive (no HTTP parsing, no copy kept): what a proxy without any per-call work costs;
-- relay store: the same, but the request is held until its last byte (Content-Length) and then
+- relay splice: the same with the kernel moving the bytes (splice(2) through a pipe, one blocking
+  thread per direction): nothing is copied into the process at all;
+- relay store: the same as relay cut, but the request is held until its last byte (Content-Length) and then
   sent on in one write, as extproxy's listener does today; replies are passed on as they arrive;
 - extproxy: the extender listener, recording off (`--recording`: on, with its recorder process
   on the proxy's core, as `make bench` runs it).
@@ -16,7 +18,7 @@ The ratios of the two relays against direct bound what cut-through of the reques
 and what no Python proxy on that core can go below.
 
     .venv/bin/python bench/relay_floor.py [--mode full|names] [--n 1000] [--recording] [--also CHECKOUT]
-    .venv/bin/python bench/relay_floor.py --serve PORT TARGET_PORT cut|store   # the relay alone
+    .venv/bin/python bench/relay_floor.py --serve PORT TARGET_PORT cut|splice|store   # the relay alone
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ import argparse
 import asyncio
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import aiohttp
@@ -123,6 +127,45 @@ async def serve_relay(port: int, target: int, mode: str) -> None:
     await server.serve_forever()
 
 
+def serve_splice(port: int, target: int) -> None:
+    """Each accepted connection gets one to `target`, and a thread per direction that splices."""
+    listener = socket.create_server((HOST, port))
+    while True:
+        client, _ = listener.accept()
+        backend = socket.create_connection((HOST, target))
+        for sock in (client, backend):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for src, dst in ((client, backend), (backend, client)):
+            threading.Thread(target=splice_pump, args=(src, dst), daemon=True).start()
+
+
+def splice_pump(src: socket.socket, dst: socket.socket) -> None:
+    """socket -> pipe -> socket until `src` ends; the bytes stay in the kernel."""
+    read_end, write_end = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(write_end, 1031, 1 << 20)  # F_SETPIPE_SZ: 1 MiB moves per call
+    except OSError:
+        pass
+    try:
+        while True:
+            moved = os.splice(src.fileno(), write_end, 1 << 20, flags=os.SPLICE_F_MOVE)
+            if not moved:
+                break
+            while moved:
+                moved -= os.splice(read_end, dst.fileno(), moved, flags=os.SPLICE_F_MOVE)
+    except OSError:
+        pass
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
 # --- the measurement ----------------------------------------------------------------------------
 
 
@@ -174,6 +217,9 @@ def main() -> int:
 
     if args.serve:
         port, target, mode = args.serve
+        if mode == "splice":
+            serve_splice(int(port), int(target))
+            return 0
         uvloop.run(serve_relay(int(port), int(target), mode))
         return 0
 
@@ -183,9 +229,9 @@ def main() -> int:
         body = build_bodies([args.n])[(args.mode, args.n)]
         if PIN:
             os.sched_setaffinity(0, {PROXY_CORE})
-        ref_port, ext_port, cut_port, store_port = (free_port() for _ in range(4))
+        ref_port, ext_port, cut_port, splice_port, store_port = (free_port() for _ in range(5))
         procs.append((start_reference(ref_port), "reference backend"))
-        for port, mode in ((cut_port, "cut"), (store_port, "store")):
+        for port, mode in ((cut_port, "cut"), (splice_port, "splice"), (store_port, "store")):
             relay = subprocess.Popen(pinned([PYTHON, __file__, "--serve", str(port), str(ref_port), mode], PROXY_CORE), cwd=ROOT)
             procs.append((relay, f"relay {mode}"))
         config = reference_config(tmp, ref_port, node_cache_capable=args.mode == "names", recording=args.recording)
@@ -200,6 +246,7 @@ def main() -> int:
         urls = {
             "direct": f"http://{HOST}:{ref_port}{path}",
             "relay cut": f"http://{HOST}:{cut_port}{path}",
+            "relay splice": f"http://{HOST}:{splice_port}{path}",
             "relay store": f"http://{HOST}:{store_port}{path}",
             "extproxy": f"http://{HOST}:{ext_port}/extender/ref/filter",
         }

@@ -111,9 +111,8 @@ class Engine:
             answer = Answer(exchange.status, exchange.body, exchange.content_type or protocol.JSON)
         answered_body = None if exchange.status is not None else answer.body
         if exchange.rest is not None:  # recorded once the rest has been passed on
-            request = body if isinstance(body, bytes) else body.joined()
-            trace = trace_of(backend.config, verb, request, exchange, answer.status, answered_body)
-            answer.stream, answer.length = self._pass_on(exchange, exchange.rest, trace), exchange.length
+            answer.stream = self._pass_on(exchange.rest, backend, verb, body, exchange, answer.status, answered_body)
+            answer.length = exchange.length
             return answer
         # Recorded once the loop waits on a backend again: nothing of it is the scheduler's answer.
         aside.put(self._record, backend, verb, body, exchange, answer.status, answered_body)
@@ -121,24 +120,26 @@ class Engine:
 
     def _record(self, backend: Backend, verb: Verb, body: bytes | BodyFeed, exchange: Exchange, answered_status: int,
                 answered_body: bytes | None) -> None:
+        self._backend_duration(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
+        if not self.recorder.recording.enabled:
+            return  # nothing to join nor build: submit would not keep it
         # A fed request's parts are joined here, not on the way to the answer.
         request = body if isinstance(body, bytes) else body.joined()
         trace = trace_of(backend.config, verb, request, exchange, answered_status, answered_body)
-        self._backend_duration(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
         self.recorder.submit(trace)  # the shadow process finds the call in the spool
 
-    async def _pass_on(self, exchange: Exchange, rest: AsyncGenerator[bytes, None], trace: Trace) -> AsyncGenerator[bytes, None]:
+    async def _pass_on(self, rest: AsyncGenerator[bytes, None], backend: Backend, verb: Verb, body: bytes | BodyFeed,
+                       exchange: Exchange, answered_status: int, answered_body: bytes | None) -> AsyncGenerator[bytes, None]:
         """The rest of a streamed reply (a large one, or one over the bound), then its record
-        (the body up to the bound, as the backend's stream completed the exchange)."""
+        (the body up to the bound, as the backend's stream completed the exchange). The record,
+        and the join of a fed request's parts, wait for the aside: none of it is on the way to
+        the answer's first byte, nor after its last one while the scheduler reads it."""
         try:
             async for chunk in rest:
                 yield chunk
         finally:
             await rest.aclose()  # when the scheduler went away: the backend connection is dropped
-            trace.finished_at, trace.response_body = exchange.finished_at, exchange.body
-            trace.transport_error, trace.timed_out = exchange.error, exchange.timed_out
-            self._backend_duration(trace.backend, trace.verb).observe(exchange.finished_at - exchange.started_at)
-            self.recorder.submit(trace)
+            aside.put(self._record, backend, verb, body, exchange, answered_status, answered_body)
 
     async def combined(self, verb: Verb, body: bytes) -> Answer:
         """The combined form: every backend by the scheduler's rules (see combined.py).
