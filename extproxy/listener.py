@@ -34,6 +34,7 @@ from typing import Any, Callable
 import httptools
 
 from . import metrics
+from .aside import aside
 from .backends.base import StreamBroken
 from .backends.feed import BodyFeed
 from .engine import Answer, BackendCall, get_engine
@@ -264,6 +265,7 @@ class ExtenderProtocol(asyncio.Protocol):
         body: bytes | Fed
         if self._fed is not None:
             self._fed.feed.finish()
+            aside.sent()  # its last part is with the backend: what was put aside runs while it works
             body, self._fed = self._fed, None
         else:
             parts = self._parts
@@ -333,46 +335,48 @@ class ExtenderProtocol(asyncio.Protocol):
         if answer.stream is None:
             head = head_bytes(answer.status, answer.content_type, len(answer.body), not keep_alive)
             if len(answer.body) > 65536:
-                transport.write(head)
-                transport.write(answer.body)
+                transport.writelines((head, answer.body))  # one write, no copy of a large body
             else:
                 transport.write(head + answer.body)
             return
         await self._stream(transport, answer, keep_alive)
 
     async def _stream(self, transport: asyncio.Transport, answer: Answer, keep_alive: bool) -> None:
-        """A reply over the reply bound: its first part, then the rest as it arrives."""
+        """A reply over the reply bound, or a large one relayed: its first part, then the rest as
+        it arrives. The head waits for the first body bytes and goes out in one write with them:
+        written alone it is one more system call and one more wake-up of the scheduler, on the
+        core they may share."""
         assert answer.stream is not None
         chunked = answer.length is None
-        transport.write(head_bytes(answer.status, answer.content_type, answer.length, not keep_alive))
+        head = head_bytes(answer.status, answer.content_type, answer.length, not keep_alive)
         try:
-            self._write_chunk(transport, answer.body, chunked)
+            head = self._write_chunk(transport, head, answer.body, chunked)
             async for chunk in answer.stream:
                 if self._closing:
                     break
-                self._write_chunk(transport, chunk, chunked)
+                head = self._write_chunk(transport, head, chunk, chunked)
                 if self._can_write is not None:
                     await self._can_write  # the scheduler reads slower than the backend writes
             else:
-                if chunked:
-                    transport.write(b"0\r\n\r\n")
+                transport.writelines([part for part in (head, b"0\r\n\r\n" if chunked else b"") if part])
                 return
         except StreamBroken:
             pass
         finally:
             await answer.stream.aclose()
-        self._close()  # the head is out and the body is not complete: only closing says so
+        self._close()  # the body is not complete: only closing says so
 
     @staticmethod
-    def _write_chunk(transport: asyncio.Transport, data: bytes, chunked: bool) -> None:
+    def _write_chunk(transport: asyncio.Transport, head: bytes, data: bytes, chunked: bool) -> bytes:
+        """Write `data` after `head` (the answer's head while it is not written yet, else b"") in
+        one write; returns what is still to be written before the next data (b"" once written)."""
         if not data:
-            return
+            return head
         if chunked:
-            transport.write(b"%x\r\n" % len(data))
-            transport.write(data)
-            transport.write(b"\r\n")
+            transport.writelines((head, b"%x\r\n" % len(data), data, b"\r\n"))
         else:
-            transport.write(data)
+            transport.writelines((head, data))
+        return b""
 
     def _refuse(self, answer: Answer) -> None:
         """Answer at once and close: the rest of this request is not read."""

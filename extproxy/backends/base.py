@@ -36,6 +36,17 @@ class Exchange:
     # known. Reading `rest` to its end (or closing it) fills in finished_at, error, findings.
     rest: AsyncGenerator[bytes, None] | None = None
     length: int | None = None
+    # A streamed reply's parts kept for the record, once `rest` has ended: joined only when the
+    # record is built (`recorded_body`), not between the answer's last byte and the scheduler
+    # reading it, on the core they may share.
+    kept: list[bytes] | None = None
+
+    def recorded_body(self) -> bytes:
+        """The body as recorded: `body`, or a streamed reply's kept parts (joined once)."""
+        if self.kept is not None:
+            kept, self.kept = self.kept, None
+            self.body = kept[0] if len(kept) == 1 else b"".join(kept)
+        return self.body
 
 
 class Backend(abc.ABC):
@@ -112,7 +123,7 @@ def trace_of(
         finished_at=exchange.finished_at,
         request_body=request,
         status=exchange.status,
-        response_body=exchange.body,
+        response_body=exchange.recorded_body(),
         answered_status=answered_status,
         answered_body=answered_body,
         transport_error=exchange.error,

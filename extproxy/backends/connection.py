@@ -145,8 +145,7 @@ class Connection(asyncio.Protocol):
         self.used += 1
         assert self.transport is not None
         if body and len(body) > 65536:
-            self.transport.write(head)
-            self.transport.write(body)  # no copy of a large body into one buffer with the head
+            self.transport.writelines((head, body))  # one write, no copy of a large body
         else:
             self.transport.write(head + body if body else head)
 

@@ -139,7 +139,11 @@ class HTTPBackend(Backend):
         started = now()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
-        aside.sent()  # the loop's bookkeeping runs while this request is with the backend
+        if not isinstance(body, BodyFeed):
+            # The loop's bookkeeping runs while this request is with the backend. A feed's is
+            # run when its last part is written (the listener): at its head, it would compete
+            # with the request's own parts still arriving.
+            aside.sent()
         expiry = Expiry(loop, deadline)
         try:
             if not isinstance(body, BodyFeed):
@@ -204,7 +208,7 @@ class HTTPBackend(Backend):
                 if not exchange.error:
                     exchange.error = "the scheduler's connection closed before the end of the reply"
                 exchange.findings.append(incomplete_finding(total, exchange.length, exchange.error))
-            exchange.body = kept[0] if len(kept) == 1 else b"".join(kept)
+            exchange.body, exchange.kept = b"", kept  # joined by the record (Exchange.recorded_body)
             if total > limit:
                 exchange.findings.append(
                     truncated_finding(total, limit, "" if complete else "the reply broke off before its end")
