@@ -121,7 +121,7 @@ class Engine:
     def _record(self, backend: Backend, verb: Verb, body: bytes | BodyFeed, exchange: Exchange, answered_status: int,
                 answered_body: bytes | None) -> None:
         self._backend_duration(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
-        if not self.recorder.recording.enabled:
+        if not self.recorder.keeping:
             return  # nothing to join nor build: submit would not keep it
         # A fed request's parts are joined here, not on the way to the answer.
         request = body if isinstance(body, bytes) else body.joined()

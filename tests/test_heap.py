@@ -94,8 +94,10 @@ def test_the_serving_process_moves_megabyte_bodies_without_faulting_them_in(tmp_
     body = big_names_body()
     kept = serving_faults_per_call(tmp_path / "kept", backend.url, body)
     mapped = serving_faults_per_call(tmp_path / "mapped", backend.url, body, EXTPROXY_HEAP_KEEP_BYTES="0")
-    # Request in and out, reply in and out: ~3,000 pages a call when each buffer is mapped afresh.
-    assert mapped > 1000, mapped
+    # A 3.2 MB buffer mapped afresh is ~780 pages. With recording off nothing is joined for a
+    # record, so what is left is the parts in and out: 820-1,870 pages a call measured, against
+    # a few when they are kept.
+    assert mapped > 500, (mapped, kept)
     assert kept < mapped / 4, (kept, mapped)
 
 

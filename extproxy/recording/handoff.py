@@ -92,6 +92,11 @@ class SpoolRecorder:
         )
 
     # hot path ------------------------------------------------------------------------
+    @property
+    def keeping(self) -> bool:
+        """Whether `submit` keeps calls at all: when not, the engine builds no Trace."""
+        return self.recording.enabled
+
     def submit(self, trace: Trace) -> bool:
         """Hand a trace over without blocking; False (and counted) when it is not kept."""
         if not self.recording.enabled:

@@ -22,6 +22,10 @@ class LocalRecorder:
         self.pending: list[Trace] = []
         self.published: list[list[dict[str, Any]]] = []
 
+    @property
+    def keeping(self) -> bool:
+        return self.recording.enabled
+
     def submit(self, trace: Trace) -> bool:
         if not self.recording.enabled:
             return False

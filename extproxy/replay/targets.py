@@ -34,6 +34,7 @@ class CaptureRecorder:
     """Stands in for the Recorder in a replay engine: keeps the traces instead of storing them."""
 
     publisher = None
+    keeping = True  # every replayed call's trace is the replay's result
 
     def __init__(self) -> None:
         self.traces: list[Trace] = []
