@@ -136,3 +136,32 @@ def test_a_backend_that_fails_mid_reply_gets_the_schedulers_connection_closed_an
     assert expected in incomplete[0]
     # What the scheduler's decoder makes of it: a truncated reply, or the budget.
     assert call.error == ("unexpected EOF" if failure == "closes" else expected)
+
+
+def test_a_backend_that_breaks_off_after_its_head_is_recorded_and_the_connection_closed(backend_server, serve,
+                                                                                          write_config, request):
+    """Nothing of the body came: the listener holds a relayed reply's head until its first body
+    bytes, so the scheduler gets the connection closed without an answer (Go: EOF), where the main
+    port had sent the head (Go: unexpected EOF). Either is a failed call to this extender."""
+    def head_only(handler: BackendHandler, _body: bytes) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(REPLY)))
+        handler.end_headers()
+        handler.wfile.flush()
+        handler.close_connection = True
+        handler.connection.shutdown(socket.SHUT_RDWR)
+
+    backend = backend_server({"filter": head_only})
+    server, base = serve(write_config(config_for(backend.url)))
+
+    head, body, _ = raw_call(base, fixture_bytes(FILTER_NAMES))
+
+    if request.node.callspec.params["serve"] == "listener":
+        assert head == b"" and body == b""
+    else:
+        assert head.startswith(b"HTTP/1.1 200 ") and body == b""
+    call, kept = stored(server)
+    assert kept == b"" and call.http_status == 200
+    incomplete = [f["detail"] for f in call.findings if f["kind"] == "reply-incomplete"]
+    assert len(incomplete) == 1 and f"got the head and 0 of {len(REPLY)} body bytes" in incomplete[0]
