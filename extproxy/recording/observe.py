@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .spool import (
-    FREE_SUFFIX, Frame, expected_seq, read_cursor, read_frame, scan_segment, segment_name, segments,
-)
+from .spool import Frame, expected_seq, files_usage, read_cursor, read_frame, scan_segment, segment_name, segments
 
 
 @dataclass
@@ -80,24 +78,8 @@ def spool_status(root: Path, known_last_seq: dict[str, int] | None = None,
                     oldest = found.at
         if oldest is not None:
             status.oldest_age = max(status.oldest_age, now - oldest)
-        status.disk_bytes += _free_bytes(directory)
+        status.disk_bytes += files_usage(directory)[1]  # the segments were counted above
     return status
-
-
-def _free_bytes(directory: Path) -> int:
-    """Bytes of a writer directory's free files (finished segments kept for reuse)."""
-    total = 0
-    try:
-        with os.scandir(directory) as entries:
-            for e in entries:
-                if e.name.endswith(FREE_SUFFIX):
-                    try:
-                        total += e.stat().st_size
-                    except FileNotFoundError:  # taken by its writer meanwhile
-                        continue
-    except FileNotFoundError:
-        pass
-    return total
 
 
 def read_recorder_counters(root: Path) -> dict:

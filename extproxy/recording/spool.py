@@ -145,6 +145,27 @@ def free_files(directory: Path) -> list[int]:
     return _numbered(directory, FREE_SUFFIX)
 
 
+def files_usage(directory: Path) -> tuple[int, int]:
+    """Bytes of a writer directory's segment and free files, and of the free files alone (a
+    file renamed meanwhile, recycled or reused, is counted under its other name or not at all)."""
+    total = free = 0
+    try:
+        with os.scandir(directory) as entries:
+            for e in entries:
+                is_free = e.name.endswith(FREE_SUFFIX)
+                if not (is_free or e.name.endswith(SEGMENT_SUFFIX)):
+                    continue
+                try:
+                    size = e.stat().st_size
+                except FileNotFoundError:
+                    continue
+                total += size
+                free += size if is_free else 0
+    except FileNotFoundError:
+        pass
+    return total, free
+
+
 def _numbered(directory: Path, suffix: str) -> list[int]:
     try:
         names = os.listdir(directory)

@@ -15,34 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .spool import (
-    FREE_SUFFIX, HEADER, SEGMENT_SUFFIX, SpoolSettings, end_marker, frame_head, free_files, free_name, read_cursor,
-    scan_segment, segment_name, segments, try_lock,
+    HEADER, SpoolSettings, end_marker, files_usage, frame_head, free_files, free_name, read_cursor, scan_segment,
+    segment_name, segments, try_lock,
 )
 
 
 def disk_usage(root: Path) -> tuple[int, int]:
     """Bytes of every segment and free file under the spool root, and of the free files alone."""
-    total = free = 0
     try:
         with os.scandir(root) as entries:
-            writers = [e.path for e in entries if e.is_dir()]
+            writers = [Path(e.path) for e in entries if e.is_dir()]
     except FileNotFoundError:
         return 0, 0
+    total = free = 0
     for w in writers:
-        try:
-            with os.scandir(w) as entries:
-                for e in entries:
-                    is_free = e.name.endswith(FREE_SUFFIX)
-                    if not (is_free or e.name.endswith(SEGMENT_SUFFIX)):
-                        continue
-                    try:
-                        size = e.stat().st_size
-                    except FileNotFoundError:  # renamed meanwhile (recycled, reused): counted under its other name
-                        continue
-                    total += size
-                    free += size if is_free else 0
-        except FileNotFoundError:
-            continue
+        w_total, w_free = files_usage(w)
+        total, free = total + w_total, free + w_free
     return total, free
 
 
