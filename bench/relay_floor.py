@@ -9,12 +9,13 @@ all when it shares one core with the load client. This runs, in alternating batc
   arrive (no HTTP parsing, no copy kept): what a proxy without any per-call work costs;
 - relay splice: the same with the kernel moving the bytes (splice(2) through a pipe, one blocking
   thread per direction): nothing is copied into the process at all;
-- relay store: the same as relay cut, but the request is held until its last byte (Content-Length) and then
-  sent on in one write, as extproxy's listener does today; replies are passed on as they arrive;
+- relay store: the same as relay cut, but the request is held until its last byte
+  (Content-Length) and then sent on in one write, as extproxy's listener did before request
+  cut-through; replies are passed on as they arrive;
 - extproxy: the extender listener, recording off (`--recording`: on, with its recorder process
   on the proxy's core, as `make bench` runs it).
 
-The ratios of the two relays against direct bound what cut-through of the request could buy
+The ratios of the relays against direct bound what cut-through of the request could buy
 and what no Python proxy on that core can go below.
 
     .venv/bin/python bench/relay_floor.py [--mode full|names] [--n 1000] [--recording] [--also CHECKOUT]
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import os
 import shutil
 import socket
@@ -143,9 +145,7 @@ def splice_pump(src: socket.socket, dst: socket.socket) -> None:
     """socket -> pipe -> socket until `src` ends; the bytes stay in the kernel."""
     read_end, write_end = os.pipe()
     try:
-        import fcntl
-
-        fcntl.fcntl(write_end, 1031, 1 << 20)  # F_SETPIPE_SZ: 1 MiB moves per call
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)  # 1 MiB moves per call
     except OSError:
         pass
     try:
