@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 import aiohttp
 
@@ -60,6 +60,24 @@ async def batch(call, count: int) -> list[float]:
     return out
 
 
+def json_session(limit: int = 64) -> aiohttp.ClientSession:
+    """The load client's session: kept-alive connections, a JSON body, no User-Agent."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, keepalive_timeout=60),
+                                 headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
+
+
+def poster(session: aiohttp.ClientSession, url: str, body: bytes,
+           check: Callable[[str, bytes], None] | None = None) -> Callable[[], Awaitable[None]]:
+    """A call for `batch`: one POST of `body` to `url`, which must answer 200 (and pass `check`)."""
+    async def call() -> None:
+        async with session.post(url, data=body) as resp:
+            answer = await resp.read()
+            assert resp.status == 200, (url, resp.status, answer[:300])
+            if check is not None:
+                check(url, answer)
+    return call
+
+
 def line(name: str, lat: list[float], cpu_per_call: float) -> str:
     return (f"  {name:34s} p50 {pct(lat, 0.5) * 1e3:7.3f} ms  p99 {pct(lat, 0.99) * 1e3:7.3f} ms  "
             f"CPU {cpu_per_call * 1e6:7.1f} us/call  ({len(lat)} calls)")
@@ -68,8 +86,7 @@ def line(name: str, lat: list[float], cpu_per_call: float) -> str:
 async def clients(ref_url: str, body: bytes) -> None:
     from extproxy.backends.wire import Client
 
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
-                                    headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
+    session = json_session()
     wire = Client(None)
 
     async def via_aiohttp() -> None:
@@ -99,18 +116,9 @@ async def servers(main_url: str, listener_url: str, body: bytes, main_pid: int, 
     """The same calls through each port, round by round. Two extproxy processes: with the extender
     listener on, the main port refuses /extender/ (asgi.py), so the main port's side is an extproxy
     without one."""
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
-                                    headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
-
-    def poster(url: str):
-        async def call() -> None:
-            async with session.post(url, data=body) as resp:
-                answer = await resp.read()
-                assert resp.status == 200, (url, resp.status, answer[:300])
-        return call
-
-    sides = {"main port (uvicorn ASGI)": (poster(main_url), main_pid),
-             "extender listener": (poster(listener_url), listener_pid)}
+    session = json_session()
+    sides = {"main port (uvicorn ASGI)": (poster(session, main_url, body), main_pid),
+             "extender listener": (poster(session, listener_url, body), listener_pid)}
     results: dict[str, tuple[list[float], float, float]] = {name: ([], 0.0, 0.0) for name in sides}
     for call, _ in sides.values():
         await batch(call, 50)

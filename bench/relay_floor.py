@@ -35,12 +35,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-import aiohttp
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hop_costs import batch, reference_config, start_extproxy, start_reference  # noqa: E402
+from hop_costs import batch, json_session, poster, reference_config, start_extproxy, start_reference  # noqa: E402
 from run import BACKEND_CORE, HOST, PIN, PROXY_CORE, PYTHON, ROOT, build_bodies, free_port, pct, pinned, stop  # noqa: E402
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
@@ -170,22 +168,15 @@ def splice_pump(src: socket.socket, dst: socket.socket) -> None:
 
 
 async def compare(urls: dict[str, str], body: bytes, per_round: int) -> dict[str, list[float]]:
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=8, keepalive_timeout=60),
-                                    headers={"Content-Type": "application/json"}, skip_auto_headers=("User-Agent",))
-    expected = None
+    session = json_session(limit=8)
+    expected: list[bytes] = []
 
-    def poster(url: str):
-        async def call() -> None:
-            async with session.post(url, data=body) as resp:
-                data = await resp.read()
-                assert resp.status == 200, (url, resp.status, data[:200])
-                nonlocal expected
-                if expected is None:
-                    expected = data
-                assert data == expected, f"{url} answered differently"
-        return call
+    def same_answer(url: str, answer: bytes) -> None:
+        if not expected:
+            expected.append(answer)
+        assert answer == expected[0], f"{url} answered differently"
 
-    calls = {name: poster(url) for name, url in urls.items()}
+    calls = {name: poster(session, url, body, same_answer) for name, url in urls.items()}
     for call in calls.values():
         await batch(call, max(5, per_round // 4))  # warm-up
     results: dict[str, list[float]] = {name: [] for name in calls}
