@@ -225,7 +225,7 @@ class ExtenderProtocol(asyncio.Protocol):
         """Start the backend call of a large per-backend request now, its body to follow."""
         if self._parser.get_method() != b"POST":
             return
-        routed = _routes.get(self._url) or self._resolve(self._url)
+        routed = self._routed(self._url)
         if isinstance(routed, Answer):
             return  # refused once the request has arrived, as any other
         call, duration = routed
@@ -299,8 +299,11 @@ class ExtenderProtocol(asyncio.Protocol):
             self._arm_idle()
 
     @staticmethod
-    def _resolve(url: bytes) -> tuple[Callable, Any] | Answer:
-        """(the call, its duration histogram) for an extender URL not routed yet, or the refusal."""
+    def _routed(url: bytes) -> tuple[Callable, Any] | Answer:
+        """(the call, its duration histogram) for an extender URL, or the refusal."""
+        routed = _routes.get(url)
+        if routed is not None:
+            return routed
         path = url.partition(b"?")[0].decode("latin-1")
         if not path.startswith(PREFIX):
             return refusal(404, f"this port serves only {PREFIX}...: {path}", "path")
@@ -308,9 +311,7 @@ class ExtenderProtocol(asyncio.Protocol):
 
     async def _one(self, method: bytes, url: bytes, body: bytes, keep_alive: bool) -> None:
         started = time.perf_counter()
-        routed: tuple[Callable, Any] | Answer | None = _routes.get(url)
-        if routed is None:
-            routed = self._resolve(url)
+        routed = self._routed(url)
         if isinstance(routed, Answer):
             await self._answer(routed, keep_alive)
             return
