@@ -22,7 +22,13 @@ from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
-RUN_WITHIN = 0.002  # seconds: the longest work waits when no backend call comes to run it
+# Seconds: the longest work waits when no backend call comes to run it. Longer than the next
+# call takes to reach its backend when calls follow one another: a full-object request (2.9 MB)
+# takes 2-5 ms through the core it shares with its caller, and a record's hand-over run by the
+# timer in the middle of it (~1.5 ms of CPU with the spool-writer's deflate) lands on that call;
+# run at its `sent` it overlaps the backend's work. At 2 ms the full-object p50 was 1.2-1.8 ms
+# higher (bench/README.md, "Ninth pass"). Only a record's way to the spool waits this long.
+RUN_WITHIN = 0.02
 MAX_WAITING = 1024  # items; more run at once (a loop that never waits on a backend)
 
 
