@@ -115,14 +115,24 @@ class Engine:
             answer.length = exchange.length
             return answer
         # Recorded once the loop waits on a backend again: nothing of it is the scheduler's answer.
-        aside.put(self._record, backend, verb, body, exchange, answer.status, answered_body)
+        self._put_aside(backend, verb, body, exchange, answer.status, answered_body)
         return answer
+
+    def _put_aside(self, backend: Backend, verb: Verb, body: bytes | BodyFeed, exchange: Exchange,
+                   answered_status: int, answered_body: bytes | None) -> None:
+        """The call's bookkeeping, put aside until the next backend call (aside.py). With recording
+        off only its duration waits: its bodies are let go now, not held until then."""
+        if self.recorder.keeping:
+            aside.put(self._record, backend, verb, body, exchange, answered_status, answered_body)
+        else:
+            aside.put(self._observe, backend.name, verb, exchange.finished_at - exchange.started_at)
+
+    def _observe(self, backend: str, verb: Verb, seconds: float) -> None:
+        self._backend_duration(backend, verb).observe(seconds)
 
     def _record(self, backend: Backend, verb: Verb, body: bytes | BodyFeed, exchange: Exchange, answered_status: int,
                 answered_body: bytes | None) -> None:
-        self._backend_duration(backend.name, verb).observe(exchange.finished_at - exchange.started_at)
-        if not self.recorder.keeping:
-            return  # nothing to join nor build: submit would not keep it
+        self._observe(backend.name, verb, exchange.finished_at - exchange.started_at)
         # A fed request's parts are joined here, not on the way to the answer.
         request = body if isinstance(body, bytes) else body.joined()
         trace = trace_of(backend.config, verb, request, exchange, answered_status, answered_body)
@@ -139,7 +149,7 @@ class Engine:
                 yield chunk
         finally:
             await rest.aclose()  # when the scheduler went away: the backend connection is dropped
-            aside.put(self._record, backend, verb, body, exchange, answered_status, answered_body)
+            self._put_aside(backend, verb, body, exchange, answered_status, answered_body)
 
     async def combined(self, verb: Verb, body: bytes) -> Answer:
         """The combined form: every backend by the scheduler's rules (see combined.py).

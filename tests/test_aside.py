@@ -9,6 +9,7 @@ flush and stop run what waits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -17,9 +18,12 @@ import pytest
 
 from extproxy import aside as aside_module
 from extproxy.aside import Aside, aside
+from extproxy.backends.base import Exchange
+from extproxy.backends.feed import BodyFeed
 from extproxy.backends.http import Expiry
 from extproxy.config import load_config
 from extproxy.engine import Engine
+from extproxy.metrics import REGISTRY
 from extproxy.protocol import Verb
 from extproxy.recording import SpoolRecorder
 from extproxy.recording.spool import SpoolSettings
@@ -92,6 +96,23 @@ async def test_with_no_call_after_it_a_record_is_handed_over_within_run_within(e
     assert engine.recorder.queued == 0 and aside.waiting == 1
     await asyncio.sleep(aside_module.RUN_WITHIN * 10)
     assert engine.recorder.queued == 1 and aside.waiting == 0
+
+
+def observations() -> float:
+    return REGISTRY.get_sample_value("extproxy_backend_duration_seconds_count", {"backend": "gpu", "verb": "filter"}) or 0
+
+
+async def test_with_recording_off_only_a_calls_duration_waits_not_its_bodies(engine, bound):
+    engine.recorder.recording = dataclasses.replace(engine.recorder.recording, enabled=False)
+    observed = observations()
+    await call(engine)
+    assert aside.waiting == 1
+    # What the loop holds until the next backend call: no body, no exchange (which holds the reply).
+    held = [arg for _, args in aside._work for arg in args]
+    assert not [arg for arg in held if isinstance(arg, (bytes, Exchange, BodyFeed))], held
+    aside.run_now()
+    assert observations() == observed + 1  # the duration is still observed
+    assert engine.recorder.queued == 0
 
 
 async def test_the_recorders_flush_takes_what_the_loop_has_put_aside(engine, bound):
