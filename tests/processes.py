@@ -124,7 +124,8 @@ class Installation:
         return spool_status(self.spool)
 
     def wait_spooled(self, timeout: float = 30) -> None:
-        """Until the serving process's hand-off is empty (everything answered is in the spool)."""
+        """Until everything answered is in the spool: nothing put aside on the serving loop, nothing
+        in the hand-off (extproxy_recorder_queue_depth counts both)."""
         deadline = time.monotonic() + timeout
         while self.metrics()["extproxy_recorder_queue_depth"]:
             assert time.monotonic() < deadline, "the hand-off was not written to the spool"

@@ -94,8 +94,10 @@ async def test_a_calls_record_is_handed_over_while_the_loop_waits_for_the_next_b
 async def test_with_no_call_after_it_a_record_is_handed_over_within_run_within(engine, bound):
     await call(engine)
     assert engine.recorder.queued == 0 and aside.waiting == 1
+    assert engine.recorder.unspooled == 1  # /metrics' queue depth counts it while it waits
     await asyncio.sleep(aside_module.RUN_WITHIN * 10)
     assert engine.recorder.queued == 1 and aside.waiting == 0
+    assert engine.recorder.unspooled == 1
 
 
 def observations() -> float:
@@ -106,7 +108,7 @@ async def test_with_recording_off_only_a_calls_duration_waits_not_its_bodies(eng
     engine.recorder.recording = dataclasses.replace(engine.recorder.recording, enabled=False)
     observed = observations()
     await call(engine)
-    assert aside.waiting == 1
+    assert aside.waiting == 1 and engine.recorder.unspooled == 0  # a duration, not a record
     # What the loop holds until the next backend call: no body, no exchange (which holds the reply).
     held = [arg for _, args in aside._work for arg in args]
     assert not [arg for arg in held if isinstance(arg, (bytes, Exchange, BodyFeed))], held

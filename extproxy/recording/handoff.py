@@ -247,7 +247,15 @@ class SpoolRecorder:
 
     @property
     def queued(self) -> int:
+        """Calls in the hand-off or being written to the spool."""
         return len(self._queue) + self._in_flight
+
+    @property
+    def unspooled(self) -> int:
+        """Calls answered and not yet in the spool: `queued`, and the records the serving loop has
+        put aside (aside.py; up to RUN_WITHIN, 20 ms, when no call follows). With recording on,
+        the engine puts nothing else aside; with it off, nothing put aside is a record."""
+        return self.queued + (aside.waiting if self.recording.enabled else 0)
 
     @property
     def queued_bytes(self) -> int:

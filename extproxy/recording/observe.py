@@ -116,8 +116,10 @@ class RecordingCollector:
         status = recorder.status()
         theirs = read_recorder_counters(recorder.spool.root)
         gauges = [
-            ("extproxy_recorder_queue_depth", "Calls handed over and not yet in the spool.", recorder.queued),
-            ("extproxy_recorder_queue_bytes", "Body bytes of those calls.", recorder.queued_bytes),
+            ("extproxy_recorder_queue_depth", "Calls answered and not yet in the spool (put aside on the serving "
+             "loop, in the hand-off, or being written).", recorder.unspooled),
+            ("extproxy_recorder_queue_bytes", "Body bytes of the calls in the hand-off or being written.",
+             recorder.queued_bytes),
             ("extproxy_spool_depth", "Calls in the spool not yet committed to the database.", status.depth),
             ("extproxy_spool_bytes", "Bytes of those calls in the spool.", status.bytes),
             ("extproxy_spool_oldest_age_seconds", "Age of the oldest call not yet in the database.", status.oldest_age),
