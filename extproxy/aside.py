@@ -75,6 +75,7 @@ class Aside:
             return
         self._work.append((fn, args))
         if len(self._work) >= MAX_WAITING:
+            self._disarm()
             self.run_now()
         elif self._timer is None:
             self._timer = self._loop.call_later(RUN_WITHIN, self._tick)  # type: ignore[union-attr]
@@ -99,7 +100,15 @@ class Aside:
 
     def _scheduled(self) -> None:
         self._soon = False
+        self._disarm()
         self.run_now()
+
+    def _disarm(self) -> None:
+        """The timer was armed for work that runs now. Left armed, it would run work put aside
+        after it early, at whatever point a later call has reached (on the serving loop)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _tick(self) -> None:
         self._timer = None

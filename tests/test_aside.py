@@ -100,6 +100,22 @@ async def test_with_no_call_after_it_a_record_is_handed_over_within_run_within(e
     assert engine.recorder.unspooled == 1
 
 
+async def test_a_record_run_at_the_next_call_leaves_no_timer_that_runs_a_later_one_early(engine, bound, monkeypatch):
+    monkeypatch.setattr(aside_module, "RUN_WITHIN", 1.0)
+    loop = asyncio.get_running_loop()
+    await call(engine)
+    first_put = loop.time()  # about when the first record was put aside, and its timer armed
+    await asyncio.sleep(0.5)
+    await call(engine)  # runs the first record once its request is written; puts the second aside
+    assert engine.recorder.queued == 1 and aside.waiting == 1
+    # Past the first record's timer, well before the second's (RUN_WITHIN after it was put aside):
+    # the second still waits for a backend call or its own timer.
+    await asyncio.sleep(first_put + aside_module.RUN_WITHIN + 0.15 - loop.time())
+    assert engine.recorder.queued == 1 and aside.waiting == 1
+    await asyncio.sleep(aside_module.RUN_WITHIN)
+    assert engine.recorder.queued == 2 and aside.waiting == 0
+
+
 def observations() -> float:
     return REGISTRY.get_sample_value("extproxy_backend_duration_seconds_count", {"backend": "gpu", "verb": "filter"}) or 0
 
