@@ -23,10 +23,10 @@ from typing import Any, Callable
 log = logging.getLogger(__name__)
 
 # Seconds: the longest work waits when no backend call comes to run it. Longer than the next
-# call takes to reach its backend when calls follow one another: a full-object request (2.9 MB)
-# takes 2-5 ms through the core it shares with its caller, and a record's hand-over run by the
-# timer in the middle of it (~1.5 ms of CPU with the spool-writer's deflate) lands on that call;
-# run at its `sent` it overlaps the backend's work. At 2 ms the full-object p50 was 0.4-3.0 ms
+# call takes to reach its backend when calls follow one another: at 2 ms the timer could fire while a
+# full-object request was still arriving, and the record's hand-over (~1.7 ms of CPU with the
+# spool-writer's deflate, bench/README.md "Eighth pass") landed on that call; run at its `sent`
+# it overlaps the backend's work. At 2 ms the full-object p50 was 0.4-3.0 ms
 # higher in 11 pairs of runs (bench/README.md, "Ninth pass"). Only a record's way to the spool
 # waits this long, and /metrics' queue depth counts it meanwhile (SpoolRecorder.unspooled).
 RUN_WITHIN = 0.02

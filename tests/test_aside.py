@@ -107,12 +107,13 @@ async def test_a_record_run_at_the_next_call_leaves_no_timer_that_runs_a_later_o
     first_put = loop.time()  # about when the first record was put aside, and its timer armed
     await asyncio.sleep(0.5)
     await call(engine)  # runs the first record once its request is written; puts the second aside
+    second_put = loop.time()
     assert engine.recorder.queued == 1 and aside.waiting == 1
     # Past the first record's timer, well before the second's (RUN_WITHIN after it was put aside):
     # the second still waits for a backend call or its own timer.
     await asyncio.sleep(first_put + aside_module.RUN_WITHIN + 0.15 - loop.time())
     assert engine.recorder.queued == 1 and aside.waiting == 1
-    await asyncio.sleep(aside_module.RUN_WITHIN)
+    await asyncio.sleep(second_put + aside_module.RUN_WITHIN + 0.2 - loop.time())  # past its own timer
     assert engine.recorder.queued == 2 and aside.waiting == 0
 
 

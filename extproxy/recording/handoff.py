@@ -255,7 +255,7 @@ class SpoolRecorder:
         """Calls answered and not yet in the spool: `queued`, and the records the serving loop has
         put aside (aside.py; up to RUN_WITHIN, 20 ms, when no call follows). With recording on,
         the engine puts nothing else aside; with it off, nothing put aside is a record."""
-        return self.queued + (aside.waiting if self.recording.enabled else 0)
+        return self.queued + (aside.waiting if self.keeping else 0)
 
     @property
     def queued_bytes(self) -> int:
