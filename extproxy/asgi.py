@@ -17,9 +17,10 @@ django_app = get_asgi_application()
 
 from django.conf import settings  # noqa: E402
 
-from .heap import keep_large_buffers  # noqa: E402
+from .heap import manage_heap  # noqa: E402
 
-keep_large_buffers(settings.EXTPROXY_HEAP_KEEP_BYTES)  # before the first megabyte body
+# Before the first megabyte body; the trimmer's thread starts with the lifespan.
+heap_trimmer = manage_heap(settings.EXTPROXY_HEAP_KEEP_BYTES, settings.EXTPROXY_HEAP_TRIM_SECONDS)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
@@ -69,6 +70,7 @@ async def lifespan_app(scope, receive, send):
         message = await receive()
         if message["type"] == "lifespan.startup":
             dashboard_background.start()
+            heap_trimmer.start()
             aside.bind(asyncio.get_running_loop())  # calls' bookkeeping waits for a backend wait
             get_engine().recorder.start()  # spool-writer thread, live-event listener
             get_worker().start_watching()  # replay runs: heartbeat, and recovery of a dead process's
@@ -88,6 +90,7 @@ async def lifespan_app(scope, receive, send):
             await engine.close()
             offload.lane.stop()
             engine.recorder.stop()  # what is in memory reaches the spool before the process ends
+            heap_trimmer.stop()
             await send({"type": "lifespan.shutdown.complete"})
             return
 

@@ -215,6 +215,9 @@ EXTPROXY_MAX_REPLY_BYTES = envint("EXTPROXY_MAX_REPLY_BYTES", 64 * 1024 * 1024)
 # (heap.py: a full-object call's bodies page-faulted ~8 ms of kernel time per call); up to twice
 # this much freed memory is kept for reuse. 0 leaves the C library's own behaviour.
 EXTPROXY_HEAP_KEEP_BYTES = envint("EXTPROXY_HEAP_KEEP_BYTES", 32 * 1024 * 1024)
+# Every this many seconds, free heap memory that a passing peak left resident is handed back to
+# the kernel (heap.py, HeapTrimmer); 0: never (only what glibc returns by itself).
+EXTPROXY_HEAP_TRIM_SECONDS = envfloat("EXTPROXY_HEAP_TRIM_SECONDS", 10.0)
 # Combined calls with a request at least this large are decoded and combined on a worker thread,
 # so that the event loop keeps serving other calls (and their timeouts) meanwhile.
 EXTPROXY_OFFLOAD_BYTES = envint("EXTPROXY_OFFLOAD_BYTES", 1024 * 1024)

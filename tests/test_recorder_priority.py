@@ -57,7 +57,8 @@ def test_the_recorder_runs_under_sched_idle_by_default(installation):
     inst = installation()
     inst.start_recorder("--exit-with-parent")  # a second thread: it watches the parent process
     pid, threads = draining(inst)
-    assert len(threads) == 3  # main, parent watch, latency roll-up: the policy reaches threads started after it
+    # main, parent watch, latency roll-up, heap trimmer: the policy reaches threads started after it
+    assert len(threads) == 4
     assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_IDLE}
     assert "SCHED_IDLE" in inst.recorder.output()
 
@@ -67,7 +68,7 @@ def test_sched_idle_can_be_turned_off_and_the_niceness_stays(installation, how):
     inst = installation(EXTPROXY_RECORDER_SCHED_IDLE="0") if how == "setting" else installation()
     inst.start_recorder("--nice", "7", "--exit-with-parent", *(["--no-sched-idle"] if how == "option" else []))
     pid, threads = draining(inst)
-    assert len(threads) == 3
+    assert len(threads) == 4
     assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_OTHER}
     assert {niceness(tid) for tid in threads} == {os.getpriority(os.PRIO_PROCESS, 0) + 7}
 
@@ -83,7 +84,7 @@ def test_the_shadow_process_runs_under_sched_idle_with_its_niceness(installation
             assert time.monotonic() < deadline, shadow.output()
             time.sleep(0.05)
         threads = [int(t) for t in os.listdir(f"/proc/{shadow.process.pid}/task")]
-        assert len(threads) == 2  # the parent watch started after the policy was set
+        assert len(threads) == 3  # the parent watch and the heap trimmer, started after the policy was set
         assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_IDLE}
         assert {niceness(tid) for tid in threads} == {os.getpriority(os.PRIO_PROCESS, 0) + 5}
     finally:

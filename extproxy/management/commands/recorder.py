@@ -25,7 +25,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from dashboard import rollup
 from extproxy.background import lower_priority, watch_parent
-from extproxy.heap import keep_large_buffers
+from extproxy.heap import manage_heap
 from extproxy.config import load_config
 from extproxy.recording.live import recorder_publisher
 from extproxy.recording.spool_reader import SpoolBusy
@@ -51,7 +51,8 @@ class Command(BaseCommand):
         increment = settings.EXTPROXY_RECORDER_NICE if options["nice"] is None else options["nice"]
         idle = settings.EXTPROXY_RECORDER_SCHED_IDLE if options["sched_idle"] is None else options["sched_idle"]
         priority = lower_priority("recorder", increment, idle)
-        keep_large_buffers(settings.EXTPROXY_HEAP_KEEP_BYTES)  # megabyte bodies decoded and compressed
+        # megabyte bodies decoded and compressed; a batch's peak handed back once it has passed
+        manage_heap(settings.EXTPROXY_HEAP_KEEP_BYTES, settings.EXTPROXY_HEAP_TRIM_SECONDS).start()
         config = load_config(settings.EXTPROXY_CONFIG or None)
         root = Path(settings.EXTPROXY_SPOOL_DIR)
         stop = threading.Event()

@@ -22,7 +22,7 @@ from django.core.management.base import BaseCommand
 
 from extproxy import shadow as shadows_module
 from extproxy.background import lower_priority, watch_parent
-from extproxy.heap import keep_large_buffers
+from extproxy.heap import manage_heap
 from extproxy.config import load_config
 from extproxy.policies import default_policy, parse_policy
 from extproxy.shadowstats import load_state, save_state
@@ -47,7 +47,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         increment = getattr(settings, "EXTPROXY_SHADOW_NICE", 10) if options["nice"] is None else options["nice"]
         priority = lower_priority("shadow", increment, not options["no_idle_class"])
-        keep_large_buffers(settings.EXTPROXY_HEAP_KEEP_BYTES)  # megabyte bodies decoded and compressed
+        # megabyte bodies decoded and compressed; a batch's peak handed back once it has passed
+        manage_heap(settings.EXTPROXY_HEAP_KEEP_BYTES, settings.EXTPROXY_HEAP_TRIM_SECONDS).start()
         config = load_config(settings.EXTPROXY_CONFIG or None)
         root = Path(settings.EXTPROXY_SPOOL_DIR)
         root.mkdir(parents=True, exist_ok=True)
