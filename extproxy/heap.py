@@ -106,7 +106,7 @@ class HeapTrimmer:
         self.trims = 0
         self._lowest: int | None = None  # resident bytes growth is measured from
         self._before_trim: int | None = None  # resident bytes before the last look's trim
-        self._wait = 0  # looks to let pass before the next trim
+        self._wait = 0  # looks that find the process grown to let pass before the next trim
         self._backoff = 1  # looks to wait after the next trim undone
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -118,10 +118,8 @@ class HeapTrimmer:
             self._info.argtypes = ()
             self._trim.argtypes = (ctypes.c_size_t,)
             self._trim.restype = ctypes.c_int
-
-    @property
-    def available(self) -> bool:
-        return self._info is not None and self._trim is not None and resident_bytes() > 0
+        # glibc 2.33 or later, and a /proc to read the resident size from
+        self.available = self._info is not None and self._trim is not None and resident_bytes() > 0
 
     def free_bytes(self) -> int:
         """Bytes in the heap's free chunks, all arenas, their tops included."""
@@ -136,7 +134,7 @@ class HeapTrimmer:
         next look (the process back at its size before it: large buffers of steady full-object
         traffic, say, faulted in again) doubles the looks let pass before the next one, up to
         MAX_BACKOFF; a trim that holds resets that. Steady traffic is so trimmed ever more rarely,
-        and a peak after it still at the next look but a few.
+        and a peak that follows it is still trimmed within a few looks.
         """
         if not self.available:
             return False
