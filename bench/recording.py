@@ -246,6 +246,13 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float, pids:
                 break
             await asyncio.sleep(0.2)
         tail_s = time.monotonic() - drain_started
+        # The spool reads empty as soon as the recorder moves its cursor; its counters are saved
+        # right after, so the written count may still lack the last batch for a moment.
+        dropped_now = sum(v for k, v in now.items() if k.startswith("extproxy_recorder_dropped_total"))
+        settle = time.monotonic() + 10
+        while now.get("extproxy_recorder_written_total", 0) < answered - dropped_now and time.monotonic() < settle:
+            await asyncio.sleep(0.2)
+            now = await metrics(session, base)
     wire_client.close()
     dropped = {k: v for k, v in now.items() if k.startswith("extproxy_recorder_dropped_total") and v}
     return {

@@ -16,7 +16,7 @@ memory it costs at most, beyond what the process holds anyway. Larger buffers ar
 `HeapTrimmer` gives back what a passing peak leaves. glibc hands memory back to the kernel only
 from the top of the heap, and only beyond its trim threshold (above: up to 2 n); what is freed
 below something still in use stays resident too. A peak (the hand-off filling while the
-spool-writer thread waits on the disk: 1,949 calls, 11.7 MiB of bodies, in a closed-loop run)
+spool-writer thread does not get to run: 1,949 calls, 11.7 MiB of bodies, in a closed-loop run)
 thus left the serving process larger for good, and each higher peak added more (bench/README.md,
 "Tenth pass"). Every `every` seconds the trimmer reads the process's resident size; when it has
 grown by more than `slack` since the lowest it saw, and the heap holds more than `slack` free
