@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import threading
@@ -65,6 +66,7 @@ class _MallInfo2(ctypes.Structure):
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
+@functools.cache  # loaded once per process: keep_large_buffers and the trimmer both ask
 def _glibc():
     """The C library when it is glibc, else None (musl has a mallopt that does nothing)."""
     try:
