@@ -15,6 +15,7 @@ from extproxy.models import Call, NodeObject
 from extproxy.recording import SpoolRecorder, Trace, compact_body, restore_body
 from extproxy.recording.attempts import AttemptTracker
 from extproxy.recording.blobs import NodeDeduper, decompress
+from extproxy.recording.observe import read_recorder_counters
 from extproxy.recording.local import LocalRecorder
 from extproxy.recording.rows import MAX_ERROR_TEXT, MAX_FINDING_TEXT, MAX_FINDINGS, build_or_raw
 from extproxy.recording.spool import SpoolSettings
@@ -168,6 +169,28 @@ def test_it_stores_a_call_once_when_it_is_drained_twice(transactional_db, tmp_pa
     drain(tmp_path, published)
     assert Call.objects.count() == 4 and Call.objects.values("call_id").distinct().count() == 4
     assert sum(map(len, published)) == 0  # nothing new to show live either
+
+
+def test_its_written_count_is_saved_before_the_spool_reads_empty(transactional_db, tmp_path):
+    """Whoever sees the spool drained (a bench, /readyz, an operator) must see the count that
+    drained it: the counters are saved before the cursor moves, not after."""
+    recorder = spool_recorder(tmp_path)
+    recorder.start()
+    for _ in range(5):
+        recorder.submit(make_trace())
+    assert recorder.stop()
+    drainer = Drainer(tmp_path / "spool", RecordingConfig(batch_size=2), RedactionConfig())
+    seen_at_commit: list[int] = []
+    commit = drainer.reader.commit
+
+    def commit_and_look() -> None:
+        seen_at_commit.append(read_recorder_counters(tmp_path / "spool").get("written", 0))
+        commit()
+
+    drainer.reader.commit = commit_and_look
+    drainer.run(until_idle=True)
+    drainer.close()
+    assert seen_at_commit[:3] == [2, 4, 5] and Call.objects.count() == 5
 
 
 NO_SECRETS = RedactionConfig(env_values=False, drop_annotations=())  # nothing to redact: every byte kept

@@ -190,7 +190,7 @@ class Drainer:
                 self.stop.wait(self.recording.flush_interval)
 
     def drain_batch(self) -> int:
-        """One batch: read, build, store (retrying), commit, publish. Returns records read.
+        """One batch: read, build, store (retrying), count, commit, publish. Returns records read.
 
         Gap records and the drops seen here (torn tails, unreadable records) are stored as
         RecordingGap rows in the batch's transaction."""
@@ -206,11 +206,14 @@ class Drainer:
         if summaries is None:  # stopped while the database was down: it stays in the spool
             self.reader.rewind()
             return 0
-        self.reader.commit()
-        if not result.entries:
+        # Counters are saved before the cursor moves: whoever sees the spool empty must also
+        # see the written count that emptied it. A crash between the two re-drains the batch,
+        # and only calls new to the database are counted, so nothing is counted twice.
+        if result.entries:
+            self._count(summaries, self.writer.raw - raw_before)
+        else:
             self._save_counters()
-            return 0
-        self._count(summaries, self.writer.raw - raw_before)
+        self.reader.commit()
         self._publish(summaries)
         return len(result.entries)
 
