@@ -246,8 +246,8 @@ async def sustained_load(base: str, requests: list[bytes], seconds: float, pids:
                 break
             await asyncio.sleep(0.2)
         tail_s = time.monotonic() - drain_started
-        # The spool reads empty as soon as the recorder moves its cursor; its counters are saved
-        # right after, so the written count may still lack the last batch for a moment.
+        # The recorder saves its counters before it moves its cursor, so the count is complete
+        # once the spool reads empty; the wait below is a guard and normally returns at once.
         dropped_now = sum(v for k, v in now.items() if k.startswith("extproxy_recorder_dropped_total"))
         settle = time.monotonic() + 10
         while now.get("extproxy_recorder_written_total", 0) < answered - dropped_now and time.monotonic() < settle:
