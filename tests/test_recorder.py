@@ -160,15 +160,18 @@ def test_it_leaves_a_batch_in_the_spool_when_stopped_while_the_database_fails(tr
 def test_it_stores_a_call_once_when_it_is_drained_twice(transactional_db, tmp_path):
     recorder = spool_recorder(tmp_path)
     recorder.start()
-    for _ in range(4):
+    for _ in range(3):
         recorder.submit(make_trace())
+    recorder.submit(make_trace(body=UNDECODABLE["containers is a number"]()))  # stored as a raw record
     assert recorder.stop()
-    drain(tmp_path)
+    first = drain(tmp_path)
+    assert (first.counters.written, first.counters.raw) == (4, 1)
     (tmp_path / "spool" / "serve" / "cursor").unlink()  # as if the recorder died before marking it
     published: list[list[dict]] = []
-    drain(tmp_path, published)
+    again = drain(tmp_path, published)
     assert Call.objects.count() == 4 and Call.objects.values("call_id").distinct().count() == 4
     assert sum(map(len, published)) == 0  # nothing new to show live either
+    assert (again.counters.written, again.counters.raw) == (0, 0)  # nothing stored again, nothing counted again
 
 
 def test_its_written_count_is_saved_before_the_spool_reads_empty(transactional_db, tmp_path):

@@ -46,16 +46,19 @@ class BatchWriter:
         self.nodes = NodeDeduper(redaction)
         self.node_sets = NodeSets()
         self._touched: OrderedDict[str, float] = OrderedDict()
-        self.raw = 0
+        self.raw = 0  # raw records stored: counted when stored, so a batch read again is not counted twice
+        self._raw_ids: set[str] = set()  # call ids of the batch being built that are raw records
 
     def build(self, traces: list[Trace]) -> tuple[list[Built], list, set[str]]:
         """The unsaved rows of a batch: (call, children) pairs, new Node objects, nodes used."""
         from ..models import NodeObject
 
         built = []
+        self._raw_ids = set()
         for trace in traces:
             rows, raw = build_or_raw(trace, self.redaction, self.attempts, self.nodes)
-            self.raw += raw
+            if raw:
+                self._raw_ids.add(rows[0].call_id)
             built.append(rows)
         fresh, used = self.nodes.take_batch()
         new_nodes = [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()]
@@ -88,6 +91,7 @@ class BatchWriter:
                     children.append(kid)
             insert_rows(BackendCall, children)
             note_drops(gaps)
+        self.raw += sum(call.call_id in self._raw_ids for call in calls)
         return [call.to_json() for call in calls]
 
     @staticmethod
@@ -206,9 +210,9 @@ class Drainer:
         if summaries is None:  # stopped while the database was down: it stays in the spool
             self.reader.rewind()
             return 0
-        # Counters are saved before the cursor moves: whoever sees the spool empty must also
-        # see the written count that emptied it. A crash between the two re-drains the batch,
-        # and only calls new to the database are counted, so nothing is counted twice.
+        # Counters are saved before the cursor moves, so whoever sees the spool empty also sees
+        # the written count that emptied it. If the process dies between the two, the next one
+        # reads the batch again and counts (written, raw) only what it newly stores.
         if result.entries:
             self._count(summaries, self.writer.raw - raw_before)
         else:
