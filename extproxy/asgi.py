@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import os
 import sys
 
@@ -116,7 +117,13 @@ if os.environ.get("EXTPROXY_SKIP_CONFIG_CHECK") != "1":
         print(f"extproxy: bad configuration: {exc}", file=sys.stderr)
         sys.exit(2)
 
-# What start-up built (Django, its apps and URLs, the engine: ~90,000 objects) lives as long as
+# The URL configuration imports every view module (Django's, DRF's, the dashboard's): ~25,000
+# objects that the first request (a probe of /healthz) would otherwise build after the freeze
+# below, and that every full collection would then walk: 8-13 ms each under load, against
+# 1.2-1.5 ms with them frozen (bench/README.md, "Eleventh pass").
+importlib.import_module(settings.ROOT_URLCONF)
+
+# What start-up built (Django, its apps and URLs, the engine: ~115,000 objects) lives as long as
 # the process: moved out of the collector's generations, so that a full collection, when
 # traffic triggers one, walks only what was made since. With them it took ~32 ms, in the middle
 # of whichever scheduler call triggered it. Once per process, at import (not per lifespan).
