@@ -284,19 +284,16 @@ def serving_after_a_peak(tmp_path: Path, url: str, body: bytes, trim_seconds: st
 
         call(0)  # warm: the first call's buffers are the working set
         time.sleep(1)
-        def resident_mib() -> tuple[float, float]:  # (highest since the reset, now)
-            peak, now = peak_and_current_rss(pid)
-            return peak / 2**20, now / 2**20
-
-        before = resident_mib()[1]
+        before = peak_and_current_rss(pid)[1] / 2**20
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM from now on
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(call, range(16)))
-        peak = resident_mib()[0]
+        peak, now = (b / 2**20 for b in peak_and_current_rss(pid))
         deadline = time.monotonic() + wait
-        while resident_mib()[1] - before >= (peak - before) / 3 and time.monotonic() < deadline:
+        while now - before >= (peak - before) / 3 and time.monotonic() < deadline:
             time.sleep(0.1)
-        return before, peak, resident_mib()[1]
+            now = peak_and_current_rss(pid)[1] / 2**20
+        return before, peak, now
     finally:
         installation.close()
 
