@@ -119,7 +119,7 @@ if os.environ.get("EXTPROXY_SKIP_CONFIG_CHECK") != "1":
 
 # The URL configuration imports every view module (Django's, DRF's, the dashboard's): ~25,000
 # objects that the first request (a probe of /healthz) would otherwise build after the freeze
-# below, and that every full collection would then walk: 8-13 ms each under load, against
+# below, and that every full collection would then walk: 8-13 ms each after start-up, against
 # 1.2-1.5 ms with them frozen (bench/README.md, "Eleventh pass").
 importlib.import_module(settings.ROOT_URLCONF)
 
