@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Awaitable, Coroutine
+from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
 import msgspec
 from django.conf import settings
@@ -214,6 +214,33 @@ class BackendCall:
 
     def fed(self, feed: BodyFeed) -> Coroutine[Any, Any, Answer]:
         return self.engine.per_backend_fed(self.backend, self.verb, self.verb_string, feed)
+
+    def begin(self, body: bytes, answered: Callable[[Answer | Coroutine[Any, Any, Answer]], None]) -> bool:
+        """The call started now without a task, where its backend can (HTTPBackend.begin):
+        `answered` then gets its Answer, or a coroutine that makes it. False: call it as usual."""
+        begin = getattr(self.backend, "begin", None)
+        if begin is None:
+            return False
+
+        def finished(result: Exchange | Coroutine[Any, Any, Exchange]) -> None:
+            if not isinstance(result, Exchange):
+                answered(self._answer_later(body, result))
+                return
+            try:
+                answer = self.engine._answer(self.backend, self.verb, body, result)
+            except Exception as exc:  # a bug: raised where a call's task would have raised it
+                answered(_raising(exc))
+                return
+            answered(answer)
+
+        return bool(begin(self.verb, self.verb_string, body, finished))
+
+    async def _answer_later(self, body: bytes, pending: Coroutine[Any, Any, Exchange]) -> Answer:
+        return self.engine._answer(self.backend, self.verb, body, await pending)
+
+
+async def _raising(exc: Exception) -> Answer:
+    raise exc
 
 
 _engine: Engine | None = None

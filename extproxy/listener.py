@@ -4,7 +4,10 @@ The scheduler's calls are the hot path; on the main port they pass through uvico
 cycle (scope and message dicts, a task and queues per request). Here the request head is
 parsed once by httptools and the body handed to the same routing and engine as the ASGI app
 (views.route), so both ports give the same answers, refusals, recording and metrics. The
-answer goes out as one write. A per-backend request of FEED_BYTES or more (by Content-Length)
+answer goes out as one write. A refusal, and a per-backend call whose backend has an idle
+connection (the scheduler's usual call), are served without a task: the request is written to
+the backend from the parser's callback and answered from the backend connection's
+(HTTPBackend.begin); a reply that needs more goes on in a task, as every other request does. A per-backend request of FEED_BYTES or more (by Content-Length)
 is passed on to its backend while it arrives (backends/feed.py), not after its last byte; it is
 answered once it has arrived whole, and one that never does is not answered (nor recorded) and
 its backend connection is closed. It serves only /extender/; everything else is a 404 with the
@@ -29,7 +32,7 @@ import ssl as ssl_module
 import time
 from collections import deque
 from http import HTTPStatus
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 import httptools
 
@@ -263,6 +266,7 @@ class ExtenderProtocol(asyncio.Protocol):
         if self._closing:
             return
         body: bytes | Fed
+        method, keep_alive = self._parser.get_method(), self._parser.should_keep_alive()
         if self._fed is not None:
             self._fed.feed.finish()
             aside.sent()  # its last part is with the backend: what was put aside runs while it works
@@ -270,13 +274,70 @@ class ExtenderProtocol(asyncio.Protocol):
         else:
             parts = self._parts
             body = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._queue.append((self._parser.get_method(), self._url, body, self._parser.should_keep_alive()))
+            if not self._busy and not self._queue and self._serve_now(method, body, keep_alive):
+                self._begin()
+                return
+        self._queue.append((method, self._url, body, keep_alive))
         self._begin()
         if not self._busy:
             self._busy = True
             self._loop.create_task(self._serve())
 
     # serving ---------------------------------------------------------------------------
+    def _serve_now(self, method: bytes, body: bytes, keep_alive: bool) -> bool:
+        """Serve the request here and now, without a task, where that can be done: a refusal, or
+        a per-backend call its backend can begin (BackendCall.begin), the scheduler's usual call.
+        False: `_serve` serves it, as any other (the routing it did here is cached)."""
+        routed = self._routed(self._url)
+        if isinstance(routed, Answer) or method != b"POST":
+            self._busy = True
+            self._answered(routed if isinstance(routed, Answer) else not_post(), keep_alive, None)
+            return True
+        call, duration = routed
+        if not isinstance(call, BackendCall):
+            return False
+        started = time.perf_counter()
+        self._busy = True
+        if call.begin(body, lambda result: self._answered(result, keep_alive, (started, duration))):
+            return True
+        self._busy = False
+        return False
+
+    def _answered(self, result: Answer | Coroutine[Any, Any, Answer], keep_alive: bool,
+                  timed: tuple[float, Any] | None) -> None:
+        """The answer to a request `_serve_now` served: written now, or by a task when it is
+        still to be made (a coroutine) or streamed. `timed`: (when the call started, its
+        duration histogram); None for a refusal."""
+        if not isinstance(result, Answer) or result.stream is not None:
+            self._loop.create_task(self._answer_later(result, keep_alive, timed))
+            return
+        try:
+            keep = keep_alive and not self.draining
+            self._write(result, keep)
+            if timed is not None:
+                timed[1].observe(time.perf_counter() - timed[0])
+            if not keep:
+                self._close()
+        except Exception:  # a bug costs this connection, never the listener
+            log.exception("extender listener: serving a request failed")
+            self._close()
+        self._served()
+
+    async def _answer_later(self, result: Answer | Coroutine[Any, Any, Answer], keep_alive: bool,
+                            timed: tuple[float, Any] | None) -> None:
+        try:
+            answer = result if isinstance(result, Answer) else await result
+            await self._answer(answer, keep_alive and not self.draining)
+            if timed is not None:
+                timed[1].observe(time.perf_counter() - timed[0])
+            if not keep_alive or self.draining:
+                self._close()
+        except Exception:  # a bug costs this connection, never the listener
+            log.exception("extender listener: serving a request failed")
+            self._close()
+        finally:
+            self._served()
+
     async def _serve(self) -> None:
         try:
             while self._queue and not self._closing:
@@ -291,12 +352,22 @@ class ExtenderProtocol(asyncio.Protocol):
             log.exception("extender listener: serving a request failed")
             self._close()
         finally:
-            self._busy = False
-        if not self._closing and self.transport is not None:
-            if self._paused:
-                self._paused = False
-                self.transport.resume_reading()
-            self._arm_idle()
+            self._served()
+
+    def _served(self) -> None:
+        """The request in progress is answered: serve those that arrived meanwhile (pipelined),
+        else read again and wait, idle."""
+        self._busy = False
+        if self._closing or self.transport is None:
+            return
+        if self._queue:
+            self._busy = True
+            self._loop.create_task(self._serve())
+            return
+        if self._paused:
+            self._paused = False
+            self.transport.resume_reading()
+        self._arm_idle()
 
     @staticmethod
     def _routed(url: bytes) -> tuple[Callable, Any] | Answer:
@@ -334,13 +405,20 @@ class ExtenderProtocol(asyncio.Protocol):
                 await answer.stream.aclose()
             return
         if answer.stream is None:
-            head = head_bytes(answer.status, answer.content_type, len(answer.body), not keep_alive)
-            if len(answer.body) > 65536:
-                transport.writelines((head, answer.body))  # one write, no copy of a large body
-            else:
-                transport.write(head + answer.body)
+            self._write(answer, keep_alive)
             return
         await self._stream(transport, answer, keep_alive)
+
+    def _write(self, answer: Answer, keep_alive: bool) -> None:
+        """An answer without a stream, in one write (nothing when the connection is closing)."""
+        transport = self.transport
+        if transport is None or self._closing:
+            return
+        head = head_bytes(answer.status, answer.content_type, len(answer.body), not keep_alive)
+        if len(answer.body) > 65536:
+            transport.writelines((head, answer.body))  # one write, no copy of a large body
+        else:
+            transport.write(head + answer.body)
 
     async def _stream(self, transport: asyncio.Transport, answer: Answer, keep_alive: bool) -> None:
         """A reply over the reply bound, or a large one relayed: its first part, then the rest as

@@ -257,3 +257,97 @@ def test_it_holds_at_most_the_pool_limit_of_connections(backend_server):
     finally:
         BackendHandler.do_POST = original
     assert len(replies) == 9 and most == 3
+
+
+def test_a_freed_slot_goes_to_a_waiter_and_one_cancelled_after_it_got_it_passes_it_on(backend_server):
+    from extproxy.backends.pool import Pool
+
+    backend = backend_server({"*": reply(200, b"{}")})
+    host, port = backend.url.removeprefix("http://").split(":")
+
+    async def run():
+        pool = Pool(host, int(port), None, None, limit=1, keepalive=60)
+        first = await pool.acquire()
+        second = asyncio.ensure_future(pool.acquire())
+        third = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0.05)  # both wait for the one slot
+        waiting = (second.done(), third.done(), pool.in_use)
+        pool.release(first)  # the slot is handed to `second`...
+        second.cancel()  # ...which is cancelled before it runs: it must pass the slot on
+        got = await asyncio.wait_for(third, 5)
+        held = pool.in_use
+        fourth = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0.05)
+        fourth.cancel()  # cancelled while waiting, and not run yet when...
+        pool.release(got)  # ...the slot is freed: it is skipped, the slot is free again
+        await asyncio.gather(fourth, return_exceptions=True)
+        pool.close()
+        return waiting, second.cancelled(), held, fourth.cancelled(), pool.in_use
+
+    waiting, cancelled, held, skipped, after = asyncio.run(run())
+    assert waiting == (False, False, 1)
+    assert cancelled and held == 1
+    assert skipped and after == 0
+
+
+def test_begin_writes_on_an_idle_connection_only_and_reads_a_plain_reply_whole(backend_server):
+    backend = backend_server({"*": reply(200, b'{"ok":true}')})
+    ports: list[int] = []
+    original = BackendHandler.do_POST
+
+    def counting(handler):
+        ports.append(handler.client_address[1])
+        original(handler)
+
+    async def run():
+        client = Client(None)
+        url = f"{backend.url}/x/filter"
+        try:
+            before = client.begin(url, b"{}")  # nothing idle yet: nothing written
+            await client.post(url, b"{}", LIMIT, False)
+            sent = client.begin(url, b'{"n":1}')
+            assert sent is not None and client.in_use == 1
+            while not sent.conn.complete:
+                await asyncio.sleep(0.005)
+            plain, big = sent.plain(LIMIT, 1 << 18), sent.plain(5, 1 << 18)
+            got = sent.reply()
+            return before, plain, big, (got.status, got.first, got.content_type, got.length), client.in_use
+        finally:
+            client.close()
+
+    BackendHandler.do_POST = counting
+    try:
+        before, plain, over_limit, got, in_use = asyncio.run(run())
+    finally:
+        BackendHandler.do_POST = original
+    assert before is None and plain and not over_limit
+    assert got == (200, b'{"ok":true}', "application/json", 11) and in_use == 0
+    assert len(ports) == 2 and len(set(ports)) == 1 and backend.received[-1] == ("/x/filter", b'{"n":1}')
+
+
+def test_take_idle_never_goes_past_the_pool_limit(backend_server):
+    from extproxy.backends.pool import Pool
+    from extproxy.backends.wire import Target
+
+    backend = backend_server({"*": reply(200, b"{}")})
+    target = Target.parse(f"{backend.url}/x")
+
+    async def run():
+        pool = Pool(target.host, target.port, None, None, limit=1, keepalive=60)
+        conn = await pool.acquire()
+        conn.send(target.head(b"POST", 2), b"{}")
+        await conn.read_head()
+        await conn.read_at_most(LIMIT)
+        pool.release(conn)  # idle now, its slot free
+        held = await pool.acquire(fresh=True)  # the one slot, on a second connection
+        over_limit = pool.take_idle()
+        waiter = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0.05)
+        pool.release(held)  # the slot goes to the waiter, which takes the idle connection
+        taken = await asyncio.wait_for(waiter, 5)
+        pool.release(taken)
+        pool.close()
+        return over_limit, taken is conn, pool.in_use
+
+    over_limit, took_the_idle_one, in_use = asyncio.run(run())
+    assert over_limit is None and took_the_idle_one and in_use == 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import AsyncGenerator
+from typing import AsyncGenerator, Callable
 
 import httptools
 
@@ -47,6 +47,9 @@ class Connection(asyncio.Protocol):
         self.holds_slot = False  # counted in its pool's limit until released
         self._lost = False
         self._wake: asyncio.Future[None] | None = None
+        # Called instead of waking a waiter, while set: an exchange followed by callbacks, not
+        # by a task (wire.Client.begin). It reads the state and unsets itself when done with it.
+        self.watcher: Callable[[], None] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -112,6 +115,9 @@ class Connection(asyncio.Protocol):
 
     # the exchange ----------------------------------------------------------------------
     def _notify(self) -> None:
+        if self.watcher is not None:
+            self.watcher()
+            return
         wake = self._wake
         if wake is not None and not wake.done():
             wake.set_result(None)
@@ -161,12 +167,22 @@ class Connection(asyncio.Protocol):
         """(body, None) when the whole body fits in `limit`; else (first `limit` bytes, overflow)."""
         while not self.complete and self._buffered <= limit:
             await self._wait()
-        data = b"".join(self._parts) if len(self._parts) != 1 else self._parts[0]
-        self._parts.clear()
-        self._buffered = 0
+        data = self.take_body()
         if len(data) <= limit:
             return data, None
         return data[:limit], data[limit:]
+
+    def take_body(self) -> bytes:
+        """The body bytes buffered so far, taken out of the buffer."""
+        data = b"".join(self._parts) if len(self._parts) != 1 else self._parts[0]
+        self._parts.clear()
+        self._buffered = 0
+        return data
+
+    @property
+    def failed(self) -> bool:
+        """The exchange failed (a bad reply, or the connection closed before the reply's end)."""
+        return self._error is not None
 
     async def rest(self) -> AsyncGenerator[bytes, None]:
         """The remaining body chunks; reading pauses while more than READ_HIGH_WATER is buffered."""

@@ -6,8 +6,8 @@ reply head once (httptools, the parser uvicorn uses), hand the body back. A gene
 multidicts and stream readers (bench/hop_costs.py measures both); this module owns only the
 connections, their pools and the parsing, nothing about extenders.
 
-- Pools: per (host, port, TLS) and event loop, LIFO idle connections, at most `limit` open;
-  idle ones older than `keepalive` seconds are closed. A request that fails on a reused
+- Pools (pool.py): per (host, port, TLS) and event loop, LIFO idle connections, at most `limit`
+  open; idle ones older than `keepalive` seconds are closed. A request that fails on a reused
   connection before any reply byte arrived (the server closed it while idle) is retried once on
   a new connection, as Go's transport does for a replayable body.
 - Replies: Content-Length, chunked, or read-until-close bodies; gzip/deflate decoded (not asked
@@ -23,14 +23,14 @@ connections, their pools and the parsing, nothing about extenders.
   written at once, each later part as it arrives. A reply head that comes before the body's last
   part ends the passing on, and that connection is closed after the reply (a backend that
   answers early may not read the rest). A redirect waits for the whole body and sends it whole.
+- Begun (`begin`): a POST written at once, without awaiting, on an idle connection; its reply is
+  read whole by the caller's callbacks when it is plain (`Sent`), else by `post(..., sent=)`.
 - Timeouts are the caller's (asyncio.timeout around the whole exchange, body included).
 """
 from __future__ import annotations
 
-import asyncio
 import base64
 import ssl
-import time
 import zlib
 from dataclasses import dataclass
 from typing import AsyncGenerator, Callable
@@ -38,8 +38,9 @@ from urllib.parse import urljoin, urlsplit
 
 from .connection import Closed, ConnectFailed, Connection, TooManyRedirects, WireError
 from .feed import BodyFeed
+from .pool import Pool
 
-__all__ = ["Client", "Closed", "ConnectFailed", "Reply", "Target", "TooManyRedirects", "WireError"]
+__all__ = ["Client", "Closed", "ConnectFailed", "Reply", "Sent", "Target", "TooManyRedirects", "WireError"]
 
 REDIRECTS = (301, 302, 303, 307, 308)
 
@@ -81,66 +82,36 @@ class Target:
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-class Pool:
-    """Idle keep-alive connections to one (host, port, TLS) on one event loop."""
+@dataclass(slots=True)
+class Sent:
+    """A POST that `Client.begin` wrote; its reply is read here when it is plain (`plain`,
+    then `reply`), else by `Client.post(..., sent=)`, which does everything a reply may need."""
 
-    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, server_hostname: str | None,
-                 limit: int, keepalive: float) -> None:
-        self.host, self.port = host, port
-        self._ssl = ssl_context
-        self._server_hostname = server_hostname
-        self._idle: list[Connection] = []
-        self._slots = asyncio.Semaphore(limit)
-        self._keepalive = keepalive
+    pool: Pool
+    conn: Connection
 
-    async def acquire(self, fresh: bool = False) -> Connection:
-        await self._slots.acquire()
-        try:
-            conn = self._idle_connection() if not fresh else None
-            if conn is None:
-                conn = await self._connect()
-        except BaseException:
-            self._slots.release()
-            raise
-        conn.holds_slot = True
-        return conn
+    def plain(self, limit: int, relay: int) -> bool:
+        """Whether the reply's head (read) says it is read whole here: no redirect, no
+        Content-Encoding, and a Content-Length below `relay` and at most `limit`."""
+        conn = self.conn
+        if conn.status in REDIRECTS and conn.header(b"location") is not None:
+            return False
+        if (conn.header(b"content-encoding") or b"identity").lower() != b"identity":
+            return False
+        length = conn.content_length()
+        return length is not None and length < relay and length <= limit
 
-    def _idle_connection(self) -> Connection | None:
-        now = time.monotonic()
-        while self._idle:
-            conn = self._idle.pop()
-            if conn.usable and now - conn.idle_since < self._keepalive:
-                return conn
-            conn.close()
-        return None
+    def reply(self) -> Reply:
+        """The whole reply of a plain exchange (`plain`, and the connection's reply complete);
+        the connection goes back to its pool."""
+        conn = self.conn
+        body = conn.take_body()
+        self.pool.release(conn)
+        return Reply(conn.status, (conn.header(b"content-type") or b"").decode("latin-1"), body, len(body))
 
-    async def _connect(self) -> Connection:
-        loop = asyncio.get_running_loop()
-        server_hostname = (self._server_hostname or self.host) if self._ssl is not None else None
-        try:
-            _, conn = await loop.create_connection(
-                lambda: Connection(loop), self.host, self.port, ssl=self._ssl, server_hostname=server_hostname
-            )
-        except (OSError, ssl.SSLError) as exc:
-            raise ConnectFailed(f"connection failed: {exc}") from None
-        return conn
-
-    def release(self, conn: Connection) -> None:
-        """Back to the pool when the reply was read to its end; otherwise closed. Idempotent."""
-        if not conn.holds_slot:
-            return
-        conn.holds_slot = False
-        if conn.reusable:
-            conn.idle_since = time.monotonic()
-            self._idle.append(conn)
-        else:
-            conn.close()
-        self._slots.release()
-
-    def close(self) -> None:
-        for conn in self._idle:
-            conn.close_now()
-        self._idle.clear()
+    def drop(self) -> None:
+        """Given up (the deadline passed): the connection is closed, its slot freed."""
+        _drop(self.pool, self.conn)
 
 
 @dataclass(slots=True)
@@ -184,18 +155,32 @@ class Client:
             pool = self._pools[key] = Pool(target.host, target.port, ctx, self._server_hostname, self._limit, self._keepalive)
         return pool
 
+    def begin(self, url: str, body: bytes) -> Sent | None:
+        """Write a POST now, without awaiting, on an idle pooled connection; None when no
+        connection is idle or no slot is free (then `post` is the way). Its reply: `Sent`."""
+        target = self.target(url)
+        pool = self._pool(target)
+        conn = pool.take_idle()
+        if conn is None:
+            return None
+        conn.send(target.head(b"POST", len(body)), body)
+        return Sent(pool, conn)
+
     async def post(self, url: str, body: bytes | None, limit: int, stream: bool, relay: int = 0,
-                   method: bytes = b"POST", hops: int = 11) -> Reply:
+                   method: bytes = b"POST", hops: int = 11, sent: Sent | None = None) -> Reply:
         """One POST (redirects followed). Over `limit` bytes: `rest` when `stream`, else the
         first part and overflow are returned with `rest` None and the connection dropped.
-        `relay` > 0 (with `stream`): a large reply comes back at its head (module docstring)."""
+        `relay` > 0 (with `stream`): a large reply comes back at its head (module docstring).
+        `sent`: `begin` already wrote this POST to `url`; its reply is read from there on."""
         payload_or_none = body
         for _ in range(hops):
             target = self.target(url)
             pool = self._pool(target)
             conn = await self._send(
-                pool, target.head(method, len(payload_or_none) if payload_or_none is not None else None), payload_or_none
+                pool, target.head(method, len(payload_or_none) if payload_or_none is not None else None), payload_or_none,
+                sent.conn if sent is not None else None,
             )
+            sent = None
             try:
                 location = conn.header(b"location")
                 if conn.status in REDIRECTS and location is not None:
@@ -254,11 +239,13 @@ class Client:
                 feed.detach(sink)
         raise AssertionError("unreachable: the second attempt returns or raises")
 
-    async def _send(self, pool: Pool, head: bytes, body: bytes | None) -> Connection:
-        conn = await pool.acquire()
-        reused = conn.used > 0
+    async def _send(self, pool: Pool, head: bytes, body: bytes | None, sent: Connection | None = None) -> Connection:
+        """Write the request (unless it is `sent` already, on that connection) and read the reply's head."""
+        conn = sent if sent is not None else await pool.acquire()
+        reused = conn.used > (1 if sent is not None else 0)  # `send` counts the exchange it starts
         try:
-            conn.send(head, body)
+            if sent is None:
+                conn.send(head, body)
             await conn.read_head()
             return conn
         except Closed as exc:
@@ -292,6 +279,11 @@ class Client:
             _drop(pool, conn)
             return Reply(conn.status, content_type, first, length, over_limit=len(first) + len(overflow))
         return Reply(conn.status, content_type, first, length, rest=_streamed(pool, conn, overflow))
+
+    @property
+    def in_use(self) -> int:
+        """Connections held by exchanges now, over all pools."""
+        return sum(pool.in_use for pool in self._pools.values())
 
     def close(self) -> None:
         for pool in self._pools.values():
