@@ -106,6 +106,16 @@ class Fed:
         self.feed, self.task, self.duration, self.started = feed, task, duration, time.perf_counter()
 
 
+class Begun:
+    """A call started without a task (`_serve_now`) whose answer needs one: `result` is the
+    answer (to be streamed) or the coroutine that makes it; `timed` as `_answered` takes it."""
+
+    __slots__ = ("result", "timed")
+
+    def __init__(self, result: Answer | Coroutine[Any, Any, Answer], timed: tuple[float, Any] | None) -> None:
+        self.result, self.timed = result, timed
+
+
 class ExtenderProtocol(asyncio.Protocol):
     """One client connection: parse, serve one request at a time, answer."""
 
@@ -117,8 +127,9 @@ class ExtenderProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
-        # (method, URL, the body or, for a request passed on while it arrived, its call, keep-alive)
-        self._queue: deque[tuple[bytes, bytes, bytes | Fed, bool]] = deque()
+        # (method, URL, the body or, for a request passed on while it arrived or a call begun
+        # without a task, its call, keep-alive)
+        self._queue: deque[tuple[bytes, bytes, bytes | Fed | Begun, bool]] = deque()
         self._busy = False
         self._paused = False  # reading stopped: a pipelined request arrived while one is served
         self._closing = False
@@ -305,11 +316,13 @@ class ExtenderProtocol(asyncio.Protocol):
 
     def _answered(self, result: Answer | Coroutine[Any, Any, Answer], keep_alive: bool,
                   timed: tuple[float, Any] | None) -> None:
-        """The answer to a request `_serve_now` served: written now, or by a task when it is
+        """The answer to a request `_serve_now` served: written now, or by `_serve` when it is
         still to be made (a coroutine) or streamed. `timed`: (when the call started, its
         duration histogram); None for a refusal."""
         if not isinstance(result, Answer) or result.stream is not None:
-            self._loop.create_task(self._answer_later(result, keep_alive, timed))
+            # First in line: requests pipelined behind it were queued after it arrived.
+            self._queue.appendleft((b"POST", b"", Begun(result, timed), keep_alive))
+            self._loop.create_task(self._serve())
             return
         try:
             keep = keep_alive and not self.draining
@@ -323,26 +336,16 @@ class ExtenderProtocol(asyncio.Protocol):
             self._close()
         self._served()
 
-    async def _answer_later(self, result: Answer | Coroutine[Any, Any, Answer], keep_alive: bool,
-                            timed: tuple[float, Any] | None) -> None:
-        try:
-            answer = result if isinstance(result, Answer) else await result
-            await self._answer(answer, keep_alive and not self.draining)
-            if timed is not None:
-                timed[1].observe(time.perf_counter() - timed[0])
-            if not keep_alive or self.draining:
-                self._close()
-        except Exception:  # a bug costs this connection, never the listener
-            log.exception("extender listener: serving a request failed")
-            self._close()
-        finally:
-            self._served()
-
     async def _serve(self) -> None:
         try:
-            while self._queue and not self._closing:
+            while self._queue:
                 method, url, body, keep_alive = self._queue.popleft()
-                if isinstance(body, Fed):
+                if isinstance(body, Begun):  # started already: it runs to its end (and its record), answered or not
+                    await self._one_begun(body, keep_alive and not self.draining)
+                elif self._closing:
+                    self._queue.clear()  # not started: nobody is left to answer
+                    break
+                elif isinstance(body, Fed):
                     await self._one_fed(body, keep_alive and not self.draining)
                 else:
                     await self._one(method, url, body, keep_alive and not self.draining)
@@ -397,6 +400,13 @@ class ExtenderProtocol(asyncio.Protocol):
         """A request whose call started at its head; it has now arrived whole."""
         await self._answer(await fed.task, keep_alive)
         fed.duration.observe(time.perf_counter() - fed.started)
+
+    async def _one_begun(self, begun: Begun, keep_alive: bool) -> None:
+        """A call `_serve_now` started whose answer needs a task: made by a coroutine, or streamed."""
+        result = begun.result
+        await self._answer(result if isinstance(result, Answer) else await result, keep_alive)
+        if begun.timed is not None:
+            begun.timed[1].observe(time.perf_counter() - begun.timed[0])
 
     async def _answer(self, answer: Answer, keep_alive: bool) -> None:
         transport = self.transport

@@ -19,7 +19,9 @@ import pytest
 import requests
 
 from tests.conftest import fixture_bytes, pass_all, reply
-from tests.test_listener import FILTER_NAMES, _bodies_complete, config_for, duration_count, listening, post  # noqa: F401
+from tests.test_listener import (  # noqa: F401 (listening: a fixture)
+    FILTER_NAMES, config_for, duration_count, filter_frames, listening, post, read_answers,
+)
 from tests.test_relay import HALF, REPLY, first_half_then
 from tests.test_wire_client import raw_server, read_request
 
@@ -49,8 +51,34 @@ def calls_recorded(server) -> list[tuple[str, str, int | None]]:
     from extproxy.models import Call
 
     server.flush()
-    assert server.engine.backends["gpu"].connections_in_use == 0
+    backend = server.engine.backends["gpu"]
+    deadline = time.monotonic() + 5  # a call gives its connection back just after its last byte is written
+    while backend.connections_in_use and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert backend.connections_in_use == 0
     return list(Call.objects.order_by("started_at").values_list("verb", "outcome", "http_status"))
+
+
+def wait_recorded(server, calls: int) -> None:
+    """Until `calls` calls are in the database (at most 10 s)."""
+    from extproxy.models import Call
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        server.flush()
+        if Call.objects.count() >= calls:
+            return
+        time.sleep(0.05)
+
+
+def call_and_hang_up(base: str, backend) -> None:
+    """A filter call on a raw connection, closed once the backend has the request (its second)."""
+    request = fixture_bytes(FILTER_NAMES)
+    with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=10) as sock:
+        sock.sendall(b"POST /extender/gpu/filter HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(request), request))
+        deadline = time.monotonic() + 5
+        while len(backend.received) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def warm_up(base: str) -> None:
@@ -102,13 +130,15 @@ def test_a_begun_call_answers_the_scheduler_equivalent_error_at_its_deadline(bac
     assert [outcome for _, outcome, _ in calls_recorded(server)] == ["ok", "timeout", "ok"]
 
 
-def test_a_begun_call_follows_a_redirect(backend_server, listening, write_config, begun):
-    def moved(handler, _body):
-        handler.send_response(307)
-        handler.send_header("Location", "/scheduler/moved")
-        handler.send_header("Content-Length", "0")
-        handler.end_headers()
+def moved(handler, _body) -> None:
+    """A backend's 307 to /scheduler/moved."""
+    handler.send_response(307)
+    handler.send_header("Location", "/scheduler/moved")
+    handler.send_header("Content-Length", "0")
+    handler.end_headers()
 
+
+def test_a_begun_call_follows_a_redirect(backend_server, listening, write_config, begun):
     backend = backend_server({"filter": moved, "moved": pass_all, "prioritize": reply(200, b"[]")})
     server, base = listening(write_config(config_for(backend.url)))
     warm_up(base)
@@ -278,23 +308,35 @@ def test_a_begun_call_is_recorded_when_the_scheduler_goes_away(backend_server, l
     backend = backend_server({"filter": held, "prioritize": reply(200, b"[]")})
     server, base = listening(write_config(config_for(backend.url)))
     warm_up(base)
-    port = int(base.rsplit(":", 1)[1])
-    request = fixture_bytes(FILTER_NAMES)
-
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(b"POST /extender/gpu/filter HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(request), request))
-        deadline = time.monotonic() + 5
-        while len(backend.received) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+    call_and_hang_up(base, backend)
     released.set()  # the scheduler's connection is closed; the backend answers now
-    deadline = time.monotonic() + 10
-    while len(calls_recorded(server)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_recorded(server, 2)
     after = post(base, "/extender/gpu/prioritize", fixture_bytes(PRIORITIZE))
 
     assert begun[True] == 2  # the filter call, then the last call on the connection it gave back
     assert calls_recorded(server) == [("prioritize", "ok", 200), ("filter", "ok", 200), ("prioritize", "ok", 200)]
     assert after.status_code == 200
+
+
+def test_a_begun_call_that_needs_a_task_runs_to_its_end_when_the_scheduler_went_away(backend_server, listening,
+                                                                                      write_config, begun):
+    released = threading.Event()
+
+    def moved_later(handler, body):
+        released.wait(5)
+        moved(handler, body)
+
+    backend = backend_server({"filter": moved_later, "moved": pass_all, "prioritize": reply(200, b"[]")})
+    server, base = listening(write_config(config_for(backend.url)))
+    warm_up(base)
+    call_and_hang_up(base, backend)
+    time.sleep(0.1)  # the listener has seen the scheduler's connection close
+    released.set()  # the redirect comes now: it is followed in a task, for nobody
+    wait_recorded(server, 2)
+
+    assert begun[True] == 1
+    assert [path for path, _ in backend.received] == ["/scheduler/prioritize", "/scheduler/filter", "/scheduler/moved"]
+    assert calls_recorded(server) == [("prioritize", "ok", 200), ("filter", "ok", 200)]
 
 
 def test_requests_pipelined_behind_a_begun_call_are_answered_in_order(backend_server, listening, write_config, begun):
@@ -307,18 +349,13 @@ def test_requests_pipelined_behind_a_begun_call_are_answered_in_order(backend_se
     server, base = listening(write_config(config_for(backend.url)))
     warm_up(base)
     port = int(base.rsplit(":", 1)[1])
-    frames = [b"POST /extender/gpu/filter HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b)
-              for b in (json.dumps({"NodeNames": [f"n{i}"]}).encode() for i in range(3))]
+    frames = filter_frames(3)
 
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(frames[0])
         time.sleep(0.1)
         sock.sendall(frames[1] + frames[2])
-        got = b""
-        while got.count(b"HTTP/1.1 200 OK") < 3 or not _bodies_complete(got):
-            chunk = sock.recv(65536)
-            assert chunk, got
-            got += chunk
+        got = read_answers(sock, 3)
 
     positions = [got.index(f'"n{i}"'.encode()) for i in range(3)]
     assert positions == sorted(positions)

@@ -58,6 +58,22 @@ def exchange_raw(port: int, data: bytes, expect_answers: int) -> bytes:
         return got
 
 
+def read_answers(sock: socket.socket, count: int) -> bytes:
+    """Read from `sock` until `count` whole 200 answers have arrived."""
+    got = b""
+    while got.count(b"HTTP/1.1 200 OK") < count or not _bodies_complete(got):
+        chunk = sock.recv(65536)
+        assert chunk, got
+        got += chunk
+    return got
+
+
+def filter_frames(count: int) -> list[bytes]:
+    """`count` filter requests as raw HTTP/1.1, each naming one node n0, n1, ..."""
+    return [b"POST /extender/gpu/filter HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b)
+            for b in (json.dumps({"NodeNames": [f"n{i}"]}).encode() for i in range(count))]
+
+
 def _bodies_complete(data: bytes) -> bool:
     rest = data
     while rest:
@@ -180,8 +196,7 @@ def test_a_request_pipelined_while_one_is_being_served_waits_its_turn(backend_se
     backend = backend_server({"filter": slow_first})
     server, base = listening(write_config(config_for(backend.url)))
     port = int(base.rsplit(":", 1)[1])
-    frames = [b"POST /extender/gpu/filter HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b)
-              for b in (json.dumps({"NodeNames": [f"n{i}"]}).encode() for i in range(4))]
+    frames = filter_frames(4)
 
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(frames[0])
@@ -189,11 +204,7 @@ def test_a_request_pipelined_while_one_is_being_served_waits_its_turn(backend_se
         for frame in frames[1:]:
             sock.sendall(frame)
             time.sleep(0.05)
-        got = b""
-        while got.count(b"HTTP/1.1 200 OK") < 4 or not _bodies_complete(got):
-            chunk = sock.recv(65536)
-            assert chunk, got
-            got += chunk
+        got = read_answers(sock, 4)
 
     positions = [got.index(f'"n{i}"'.encode()) for i in range(4)]
     assert positions == sorted(positions)
