@@ -12,6 +12,9 @@ all when it shares one core with the load client. This runs, in alternating batc
 - relay store: the same as relay cut, but the request is held until its last byte
   (Content-Length) and then sent on in one write, as extproxy's listener did before request
   cut-through; replies are passed on as they arrive;
+- relay parsed: each request and each reply parsed by httptools and sent on whole as a new
+  message, from the protocols' callbacks, with no task per call: the floor of a proxy that reads
+  HTTP in Python, as extproxy's listener must;
 - extproxy: the extender listener, recording off (`--recording`: on, with its recorder process
   on the proxy's core, as `make bench` runs it).
 
@@ -19,7 +22,7 @@ The ratios of the relays against direct bound what cut-through of the request co
 and what no Python proxy on that core can go below.
 
     .venv/bin/python bench/relay_floor.py [--mode full|names] [--n 1000] [--recording] [--also CHECKOUT]
-    .venv/bin/python bench/relay_floor.py --serve PORT TARGET_PORT cut|splice|store   # the relay alone
+    .venv/bin/python bench/relay_floor.py --serve PORT TARGET_PORT cut|splice|store|parsed   # the relay alone
 """
 from __future__ import annotations
 
@@ -127,6 +130,105 @@ async def serve_relay(port: int, target: int, mode: str) -> None:
     await server.serve_forever()
 
 
+class ParsedRequests(asyncio.Protocol):
+    """The scheduler's side of the parsed relay: each request parsed (httptools), then sent
+    on whole as a new request on this connection's own backend connection."""
+
+    def __init__(self, backend: "ParsedReplies") -> None:
+        import httptools
+
+        self.backend = backend
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.url, self.parts = b"", []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, body: bytes) -> None:
+        self.parts.append(body)
+
+    def on_message_complete(self) -> None:
+        body = b"".join(self.parts)
+        self.backend.send(b"POST %s HTTP/1.1\r\nHost: backend\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n" % (self.url, len(body)) + body, self)
+        self.url, self.parts = b"", []
+
+    def answer(self, status: int, content_type: bytes, body: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(b"HTTP/1.1 %d OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+                             % (status, content_type, len(body)) + body)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.backend.close()
+
+
+class ParsedReplies(asyncio.Protocol):
+    """The backend's side of the parsed relay: each reply parsed, then answered whole."""
+
+    def __init__(self) -> None:
+        import httptools
+
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.client: ParsedRequests | None = None
+        self.content_type, self.parts, self.pending = b"application/json", [], b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.pending:  # a request that came before this connection was made
+            self.transport.write(self.pending)
+            self.pending = b""
+
+    def send(self, request: bytes, client: ParsedRequests) -> None:
+        self.client = client
+        if self.transport is None:
+            self.pending += request
+        else:
+            self.transport.write(request)
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"content-type":
+            self.content_type = value
+
+    def on_body(self, body: bytes) -> None:
+        self.parts.append(body)
+
+    def on_message_complete(self) -> None:
+        body = b"".join(self.parts)
+        self.parts = []
+        if self.client is not None:
+            self.client.answer(self.parser.get_status_code(), self.content_type, body)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def serve_parsed(port: int, target: int) -> None:
+    """The parsed relay: what a proxy costs that parses every message once each way and runs
+    no task per call (each client connection has its backend connection, opened with it)."""
+    loop = asyncio.get_running_loop()
+
+    def connection() -> ParsedRequests:
+        backend = ParsedReplies()
+        client = ParsedRequests(backend)
+        loop.create_task(loop.create_connection(lambda: backend, HOST, target))
+        return client
+
+    server = await loop.create_server(connection, HOST, port)
+    await server.serve_forever()
+
+
 def serve_splice(port: int, target: int) -> None:
     """Each accepted connection gets one to `target`, and a thread per direction that splices."""
     listener = socket.create_server((HOST, port))
@@ -211,6 +313,9 @@ def main() -> int:
         if mode == "splice":
             serve_splice(int(port), int(target))
             return 0
+        if mode == "parsed":
+            uvloop.run(serve_parsed(int(port), int(target)))
+            return 0
         uvloop.run(serve_relay(int(port), int(target), mode))
         return 0
 
@@ -220,9 +325,9 @@ def main() -> int:
         body = build_bodies([args.n])[(args.mode, args.n)]
         if PIN:
             os.sched_setaffinity(0, {PROXY_CORE})
-        ref_port, ext_port, cut_port, splice_port, store_port = (free_port() for _ in range(5))
+        ref_port, ext_port, cut_port, splice_port, store_port, parsed_port = (free_port() for _ in range(6))
         procs.append((start_reference(ref_port), "reference backend"))
-        for port, mode in ((cut_port, "cut"), (splice_port, "splice"), (store_port, "store")):
+        for port, mode in ((cut_port, "cut"), (splice_port, "splice"), (store_port, "store"), (parsed_port, "parsed")):
             relay = subprocess.Popen(pinned([PYTHON, __file__, "--serve", str(port), str(ref_port), mode], PROXY_CORE), cwd=ROOT)
             procs.append((relay, f"relay {mode}"))
         config = reference_config(tmp, ref_port, node_cache_capable=args.mode == "names", recording=args.recording)
@@ -239,6 +344,7 @@ def main() -> int:
             "relay cut": f"http://{HOST}:{cut_port}{path}",
             "relay splice": f"http://{HOST}:{splice_port}{path}",
             "relay store": f"http://{HOST}:{store_port}{path}",
+            "relay parsed": f"http://{HOST}:{parsed_port}{path}",
             "extproxy": f"http://{HOST}:{ext_port}/extender/ref/filter",
         }
         if args.also:
