@@ -7,10 +7,11 @@ parsed once by httptools and the body handed to the same routing and engine as t
 answer goes out as one write. A refusal, and a per-backend call whose backend has an idle
 connection (the scheduler's usual call), are served without a task: the request is written to
 the backend from the parser's callback and answered from the backend connection's
-(HTTPBackend.begin); a reply that needs more goes on in a task, as every other request does. A per-backend request of FEED_BYTES or more (by Content-Length)
-is passed on to its backend while it arrives (backends/feed.py), not after its last byte; it is
-answered once it has arrived whole, and one that never does is not answered (nor recorded) and
-its backend connection is closed. It serves only /extender/; everything else is a 404 with the
+(HTTPBackend.begin); a reply that needs more goes on in a task, as every other request does.
+A per-backend request of FEED_BYTES or more (by Content-Length) is passed on to its backend
+while it arrives (backends/feed.py), not after its last byte; it is answered once it has
+arrived whole, and one that never does is not answered (nor recorded) and its backend
+connection is closed. It serves only /extender/; everything else is a 404 with the
 reason, so that this port can be exposed to the scheduler alone (issue 9: TLS with client
 certificates via `ssl`, a source allowlist via `allow`; both set in asgi.py's lifespan).
 
