@@ -131,6 +131,11 @@ class HTTPBackend(Backend):
                 client = self._clients[loop] = Client(ctx, self._server_hostname or None, limit=POOL_SIZE)
         return client
 
+    def timed_out(self, started: float) -> Exchange:
+        """The Exchange of a call that got no answer within the timeout (its text is what the
+        scheduler gets in Error): one place, for the call run in a task and the begun one."""
+        return Exchange(started, now(), None, error=f"no answer within {self.timeout:g}s", timed_out=True)
+
     @property
     def connections_in_use(self) -> int:
         """Connections to this backend held by calls now, over every event loop's pool."""
@@ -182,7 +187,7 @@ class HTTPBackend(Backend):
         except asyncio.CancelledError:
             if not expiry.expired():
                 raise
-            return Exchange(started, now(), None, error=f"no answer within {self.timeout:g}s", timed_out=True)
+            return self.timed_out(started)
         except WireError as exc:
             return Exchange(started, now(), None, error=str(exc))
         except (OSError, ssl.SSLError, ValueError) as exc:
@@ -290,8 +295,7 @@ class _Awaited:
     def _expired(self) -> None:
         self._stop()
         self.sent.drop()
-        self.finished(Exchange(self.started, now(), None, error=f"no answer within {self.backend.timeout:g}s",
-                               timed_out=True))
+        self.finished(self.backend.timed_out(self.started))
 
     def _stop(self) -> None:
         self.sent.conn.watcher = None
