@@ -33,7 +33,7 @@ import ssl as ssl_module
 import time
 from collections import deque
 from http import HTTPStatus
-from typing import Any, Callable, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine
 
 import httptools
 
@@ -107,13 +107,16 @@ class Fed:
         self.feed, self.task, self.duration, self.started = feed, task, duration, time.perf_counter()
 
 
-class Begun:
-    """A call started without a task (`_serve_now`) whose answer needs one: `result` is the
-    answer (to be streamed) or the coroutine that makes it; `timed` as `_answered` takes it."""
+class Started:
+    """A call in the queue that has started already: a request passed on while it arrived (its
+    task), or one begun without a task whose answer needs one (`_serve_now`: the answer to
+    stream, or the coroutine that makes it). `timed`: (when it started, its duration histogram),
+    None for a refusal. `_serve` runs it to its end, answered or not: it has reached its backend,
+    and must be recorded and give its connection back."""
 
     __slots__ = ("result", "timed")
 
-    def __init__(self, result: Answer | Coroutine[Any, Any, Answer], timed: tuple[float, Any] | None) -> None:
+    def __init__(self, result: Answer | Awaitable[Answer], timed: tuple[float, Any] | None) -> None:
         self.result, self.timed = result, timed
 
 
@@ -128,9 +131,8 @@ class ExtenderProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
-        # (method, URL, the body or, for a request passed on while it arrived or a call begun
-        # without a task, its call, keep-alive)
-        self._queue: deque[tuple[bytes, bytes, bytes | Fed | Begun, bool]] = deque()
+        # (method, URL, the body or, for a call that has started already, its Started, keep-alive)
+        self._queue: deque[tuple[bytes, bytes, bytes | Started, bool]] = deque()
         self._busy = False
         self._paused = False  # reading stopped: a pipelined request arrived while one is served
         self._closing = False
@@ -277,12 +279,13 @@ class ExtenderProtocol(asyncio.Protocol):
             self._body_timer = None
         if self._closing:
             return
-        body: bytes | Fed
+        body: bytes | Started
         method, keep_alive = self._parser.get_method(), self._parser.should_keep_alive()
         if self._fed is not None:
-            self._fed.feed.finish()
+            fed, self._fed = self._fed, None
+            fed.feed.finish()
             aside.sent()  # its last part is with the backend: what was put aside runs while it works
-            body, self._fed = self._fed, None
+            body = Started(fed.task, (fed.started, fed.duration))
         else:
             parts = self._parts
             body = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -322,7 +325,7 @@ class ExtenderProtocol(asyncio.Protocol):
         duration histogram); None for a refusal."""
         if not isinstance(result, Answer) or result.stream is not None:
             # First in line: requests pipelined behind it were queued after it arrived.
-            self._queue.appendleft((b"POST", b"", Begun(result, timed), keep_alive))
+            self._queue.appendleft((b"POST", b"", Started(result, timed), keep_alive))
             self._loop.create_task(self._serve())
             return
         try:
@@ -341,13 +344,11 @@ class ExtenderProtocol(asyncio.Protocol):
         try:
             while self._queue:
                 method, url, body, keep_alive = self._queue.popleft()
-                if isinstance(body, Begun):  # started already: it runs to its end (and its record), answered or not
-                    await self._one_begun(body, keep_alive and not self.draining)
+                if isinstance(body, Started):  # even when closing (see Started)
+                    await self._one_started(body, keep_alive and not self.draining)
                 elif self._closing:
                     self._queue.clear()  # not started: nobody is left to answer
                     break
-                elif isinstance(body, Fed):
-                    await self._one_fed(body, keep_alive and not self.draining)
                 else:
                     await self._one(method, url, body, keep_alive and not self.draining)
                 if not keep_alive or self.draining:
@@ -397,17 +398,11 @@ class ExtenderProtocol(asyncio.Protocol):
         await self._answer(await call(body), keep_alive)
         duration.observe(time.perf_counter() - started)
 
-    async def _one_fed(self, fed: Fed, keep_alive: bool) -> None:
-        """A request whose call started at its head; it has now arrived whole."""
-        await self._answer(await fed.task, keep_alive)
-        fed.duration.observe(time.perf_counter() - fed.started)
-
-    async def _one_begun(self, begun: Begun, keep_alive: bool) -> None:
-        """A call `_serve_now` started whose answer needs a task: made by a coroutine, or streamed."""
-        result = begun.result
+    async def _one_started(self, started: Started, keep_alive: bool) -> None:
+        result = started.result
         await self._answer(result if isinstance(result, Answer) else await result, keep_alive)
-        if begun.timed is not None:
-            begun.timed[1].observe(time.perf_counter() - begun.timed[0])
+        if started.timed is not None:
+            started.timed[1].observe(time.perf_counter() - started.timed[0])
 
     async def _answer(self, answer: Answer, keep_alive: bool) -> None:
         transport = self.transport
