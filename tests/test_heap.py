@@ -116,11 +116,16 @@ print(gc.get_freeze_count(), made_at_start, len(gc.get_objects()))
 """
 
 
+def fresh_env(tmp_path) -> dict[str, str]:
+    """A fresh interpreter's environment: the settings, a data directory of its own, quiet logs."""
+    return {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "extproxy.settings", "EXTPROXY_DATA_DIR": str(tmp_path),
+            "EXTPROXY_LOG_LEVEL": "WARNING"}
+
+
 def test_what_start_up_built_is_out_of_the_collectors_reach(tmp_path):
     """A full collection in the serving process walks only what was made after start-up: the
     ~115,000 objects of Django, its views and the engine are frozen once, when the application is imported."""
-    env = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "extproxy.settings", "EXTPROXY_DATA_DIR": str(tmp_path),
-           "EXTPROXY_LOG_LEVEL": "WARNING"}
+    env = fresh_env(tmp_path)
     out = subprocess.run([sys.executable, "-c", FROZEN], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     frozen, made_at_start, tracked_after = (int(v) for v in out.stdout.split())
@@ -155,8 +160,7 @@ def test_the_first_request_builds_little_that_a_full_collection_must_walk(tmp_pa
     """The first request to the serving process (kubelet's /healthz probe) must not import the view
     modules after start-up's freeze: ~25,000 objects that every full collection, in the middle of
     some scheduler call, would walk again. The URL configuration is imported before the freeze."""
-    env = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "extproxy.settings", "EXTPROXY_DATA_DIR": str(tmp_path),
-           "EXTPROXY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+    env = {**fresh_env(tmp_path), "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", FIRST_REQUEST], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
