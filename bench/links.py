@@ -81,7 +81,7 @@ def start_proxy(checkout: Path, tmp: Path, config: Path, port: int, recording: b
     return procs
 
 
-async def measure(urls: dict[str, str], body: bytes, per_round: int) -> dict[str, list[float]]:
+async def measure(urls: dict[str, str], body: bytes, per_round: int) -> tuple[dict[str, list[float]], dict[str, float]]:
     """relay_floor's comparison, once every side answers (the proxies start in their namespace)."""
     import aiohttp
 
@@ -113,10 +113,10 @@ def client(args: argparse.Namespace) -> int:
     for i, port in enumerate(args.ports):
         urls["extproxy" if i == 0 else "extproxy also"] = f"http://10.77.1.2:{port}/extender/ref/filter"
     per_round = max(5, int(20 * SCALE))
-    results = uvloop.run(measure(urls, body, per_round))
+    results, cpu = uvloop.run(measure(urls, body, per_round))  # no CPU: the proxies are not this process's to see
     print(f"links: full N={args.n} c=1, {len(body) / 1e6:.2f} MB, every link {args.rate} each way; "
           f"{ROUNDS} rounds of {per_round}; recording {'on' if args.recording else 'off'}; load average {os.getloadavg()[0]:.2f}")
-    report(results)
+    report(results, cpu)
     return 0
 
 

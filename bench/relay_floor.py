@@ -19,7 +19,9 @@ all when it shares one core with the load client. This runs, in alternating batc
   on the proxy's core, as `make bench` runs it).
 
 The ratios of the relays against direct bound what cut-through of the request could buy
-and what no Python proxy on that core can go below.
+and what no Python proxy on that core can go below. Beside each proxy's latencies: the CPU its
+process used per call (and its recorder's, on a line of its own), over the whole run less what it
+uses idle, so that work done after the answer counts too (`compare`).
 
     .venv/bin/python bench/relay_floor.py [--mode full|names] [--n 1000] [--recording] [--also CHECKOUT]
     .venv/bin/python bench/relay_floor.py --serve PORT TARGET_PORT cut|splice|store|parsed   # the relay alone
@@ -36,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,6 +49,7 @@ from run import BACKEND_CORE, HOST, PIN, PROXY_CORE, PYTHON, ROOT, build_bodies,
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 ROUNDS = 6
+IDLE_SECONDS = 3.0  # each proxy's CPU use with no calls, measured before the rounds
 
 
 # --- the relay ----------------------------------------------------------------------------------
@@ -269,7 +273,28 @@ def splice_pump(src: socket.socket, dst: socket.socket) -> None:
 # --- the measurement ----------------------------------------------------------------------------
 
 
-async def compare(urls: dict[str, str], body: bytes, per_round: int) -> dict[str, list[float]]:
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time the processes' live threads have run so far: the scheduler's own count in
+    nanoseconds (/proc/PID/task/TID/schedstat), not clock ticks, which a process that runs in
+    bursts of tens of microseconds is charged by chance."""
+    total = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+            except FileNotFoundError:  # the thread ended meanwhile
+                continue
+    return total / 1e9
+
+
+async def compare(urls: dict[str, str], body: bytes, per_round: int,
+                  pids: dict[str, list[int]] | None = None) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Each side's latencies, and the CPU seconds the processes `pids` names for it (a proxy's)
+    used from the end of the warm-up until a second after the last batch, less what they use
+    idle (timers, polling; measured for IDLE_SECONDS before): over the whole run, not only the
+    side's own batches, so that work it does after answering (a recorder's) is counted too."""
+    pids = pids or {}
     session = json_session(limit=8)
     expected: list[bytes] = []
 
@@ -282,19 +307,40 @@ async def compare(urls: dict[str, str], body: bytes, per_round: int) -> dict[str
     for call in calls.values():
         await batch(call, max(5, per_round // 4))  # warm-up
     results: dict[str, list[float]] = {name: [] for name in calls}
+    await asyncio.sleep(1)  # the warm-up's records written
+    idle = {name: cpu_seconds(p) for name, p in pids.items()}
+    await asyncio.sleep(IDLE_SECONDS)
+    before = {name: cpu_seconds(p) for name, p in pids.items()}
+    idle_rate = {name: (before[name] - idle[name]) / IDLE_SECONDS for name in pids}
+    started = time.monotonic()
     for _ in range(ROUNDS):
         for name, call in calls.items():
             results[name] += await batch(call, per_round)
+    await asyncio.sleep(1)
+    elapsed = time.monotonic() - started
+    cpu = {name: cpu_seconds(p) - before[name] - idle_rate[name] * elapsed for name, p in pids.items()}
     await session.close()
-    return results
+    return results, cpu
 
 
-def report(results: dict[str, list[float]]) -> None:
-    """p50 and p99 of each side, and their ratios to the side named "direct"."""
+def extproxy_pids(side: str, started: list[tuple[subprocess.Popen, str]]) -> dict[str, list[int]]:
+    """The side's serving process, and its recorder (when it has one) as "<side> recorder"."""
+    return {f"{side} recorder" if what.endswith("recorder") else side: [proc.pid] for proc, what in started}
+
+
+def report(results: dict[str, list[float]], cpu: dict[str, float]) -> None:
+    """p50 and p99 of each side, their ratios to the side named "direct", and the CPU its proxy
+    process used per call; then each recorder's CPU per call of its side."""
     direct = results["direct"]
     for name, lat in results.items():
+        used = f"  proxy CPU {cpu[name] / len(lat) * 1e3:6.3f} ms/call" if name in cpu else ""
         print(f"  {name:14s} p50 {pct(lat, 0.5) * 1e3:8.3f} ms  p99 {pct(lat, 0.99) * 1e3:8.3f} ms  "
-              f"ratio p50 {pct(lat, 0.5) / pct(direct, 0.5):5.2f}x  p99 {pct(lat, 0.99) / pct(direct, 0.99):5.2f}x  ({len(lat)} calls)")
+              f"ratio p50 {pct(lat, 0.5) / pct(direct, 0.5):5.2f}x  p99 {pct(lat, 0.99) / pct(direct, 0.99):5.2f}x  "
+              f"({len(lat)} calls){used}")
+    for name, seconds in cpu.items():
+        side = name.removesuffix(" recorder")
+        if name != side and side in results:
+            print(f"  {name:25s} CPU {seconds / len(results[side]) * 1e3:6.3f} ms/call")
 
 
 def main() -> int:
@@ -327,17 +373,21 @@ def main() -> int:
             os.sched_setaffinity(0, {PROXY_CORE})
         ref_port, ext_port, cut_port, splice_port, store_port, parsed_port = (free_port() for _ in range(6))
         procs.append((start_reference(ref_port), "reference backend"))
+        pids: dict[str, list[int]] = {}
         for port, mode in ((cut_port, "cut"), (splice_port, "splice"), (store_port, "store"), (parsed_port, "parsed")):
             relay = subprocess.Popen(pinned([PYTHON, __file__, "--serve", str(port), str(ref_port), mode], PROXY_CORE), cwd=ROOT)
             procs.append((relay, f"relay {mode}"))
+            pids[f"relay {mode}"] = [relay.pid]
         config = reference_config(tmp, ref_port, node_cache_capable=args.mode == "names", recording=args.recording)
         started, _ = start_extproxy(ROOT, config, tmp / "this", ext_port, recording=args.recording)
         procs += started
+        pids.update(extproxy_pids("extproxy", started))
         if args.also:
             also_ext = free_port()
             started, _ = start_extproxy(Path(args.also).resolve(), config, tmp / "also", also_ext,
                                         recording=args.recording, name="extproxy (also)")
             procs += started
+            pids.update(extproxy_pids("extproxy also", started))
         path = "/ext/filter"
         urls = {
             "direct": f"http://{HOST}:{ref_port}{path}",
@@ -354,7 +404,7 @@ def main() -> int:
               f"recording {'on' if args.recording else 'off'}; "
               f"{'pinned: client, relays and extproxy core %d, backend core %d' % (PROXY_CORE, BACKEND_CORE) if PIN else 'not pinned'}; "
               f"load average {os.getloadavg()[0]:.2f}")
-        report(uvloop.run(compare(urls, body, per_round)))
+        report(*uvloop.run(compare(urls, body, per_round, pids)))
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
         return 0
     finally:
