@@ -11,17 +11,17 @@ RENAMED = {"operators": "viewer", "developers": "developer", "auditors": "audito
 
 
 def rename_groups(apps, schema_editor):
-    Group = apps.get_model("auth", "Group")
+    groups = apps.get_model("auth", "Group").objects.using(schema_editor.connection.alias)  # the migrated database's
     for old, new in RENAMED.items():
-        if not Group.objects.filter(name=new).exists():
-            Group.objects.filter(name=old).update(name=new)
+        if not groups.filter(name=new).exists():
+            groups.filter(name=old).update(name=new)
 
 
 def unrename_groups(apps, schema_editor):
-    Group = apps.get_model("auth", "Group")
+    groups = apps.get_model("auth", "Group").objects.using(schema_editor.connection.alias)
     for old, new in RENAMED.items():
-        if not Group.objects.filter(name=old).exists():
-            Group.objects.filter(name=new).update(name=old)
+        if not groups.filter(name=old).exists():
+            groups.filter(name=new).update(name=old)
 
 
 class Migration(migrations.Migration):

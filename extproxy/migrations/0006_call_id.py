@@ -7,16 +7,18 @@ import extproxy.models
 
 
 def fill_call_ids(apps, schema_editor):
-    Call = apps.get_model("extproxy", "Call")
+    # On the database being migrated, not the default one: through another connection, the
+    # query would wait for this migration's own lock on the table (PostgreSQL), for good.
+    calls = apps.get_model("extproxy", "Call").objects.using(schema_editor.connection.alias)
     batch = []
-    for call in Call.objects.filter(call_id__isnull=True).only("pk").iterator(chunk_size=2000):
+    for call in calls.filter(call_id__isnull=True).only("pk").iterator(chunk_size=2000):
         call.call_id = str(uuid.uuid4())
         batch.append(call)
         if len(batch) >= 2000:
-            Call.objects.bulk_update(batch, ["call_id"])
+            calls.bulk_update(batch, ["call_id"])
             batch = []
     if batch:
-        Call.objects.bulk_update(batch, ["call_id"])
+        calls.bulk_update(batch, ["call_id"])
 
 
 class Migration(migrations.Migration):

@@ -11,29 +11,33 @@ import msgspec
 
 def move_call_nodes(apps, schema_editor):
     # Digest as extproxy.nodeindex.digest_of (kept here: a migration must not change with the code).
-    Call, CallNode = apps.get_model("extproxy", "Call"), apps.get_model("extproxy", "CallNode")
+    # On the database being migrated (see 0006_call_id.fill_call_ids).
+    db = schema_editor.connection.alias
+    calls, call_nodes = (apps.get_model("extproxy", m).objects.using(db) for m in ("Call", "CallNode"))
     NodeSet, NodeSetEntry = apps.get_model("extproxy", "NodeSet"), apps.get_model("extproxy", "NodeSetEntry")
     now = timezone.now()
     known: dict[str, int] = {}
     last = 0
     while True:
-        calls = list(CallNode.objects.filter(call_id__gt=last).order_by("call_id")
-                     .values_list("call_id", flat=True).distinct()[:2000])
-        if not calls:
+        moving = list(call_nodes.filter(call_id__gt=last).order_by("call_id")
+                      .values_list("call_id", flat=True).distinct()[:2000])
+        if not moving:
             return
         pairs: dict[int, set] = {}
-        for call, node, result in CallNode.objects.filter(call_id__in=calls).values_list("call_id", "node", "result"):
+        for call, node, result in call_nodes.filter(call_id__in=moving).values_list("call_id", "node", "result"):
             pairs.setdefault(call, set()).add((node, result))
         for call, found in pairs.items():
             ordered = sorted(found)
             digest = hashlib.sha256(msgspec.json.encode(ordered)).hexdigest()
             if digest not in known:
-                node_set, created = NodeSet.objects.get_or_create(digest=digest, defaults={"size": len(ordered), "last_seen": now})
+                node_set, created = NodeSet.objects.using(db).get_or_create(
+                    digest=digest, defaults={"size": len(ordered), "last_seen": now})
                 if created:
-                    NodeSetEntry.objects.bulk_create([NodeSetEntry(node_set=node_set, node=n, result=r) for n, r in ordered])
+                    NodeSetEntry.objects.using(db).bulk_create(
+                        [NodeSetEntry(node_set=node_set, node=n, result=r) for n, r in ordered])
                 known[digest] = node_set.pk
-            Call.objects.filter(pk=call).update(node_set_id=known[digest])
-        last = calls[-1]
+            calls.filter(pk=call).update(node_set_id=known[digest])
+        last = moving[-1]
 
 
 class Migration(migrations.Migration):
