@@ -62,10 +62,11 @@ def request(pod: str) -> bytes:
 
 
 FILL = """
-INSERT INTO extproxy_call (verb, backend, form, pod_namespace, pod_name, pod_uid, attempt, started_at, finished_at,
-    outcome, http_status, error, node_count, passed_count, failed_count, unresolvable_count, findings,
-    request_body, response_body, response_status, decisions_blob)
+INSERT INTO extproxy_call (call_id, is_replay, verb, backend, form, pod_namespace, pod_name, pod_uid, attempt,
+    started_at, finished_at, outcome, http_status, error, node_count, passed_count, failed_count, unresolvable_count,
+    findings, request_body, response_body, response_status, decisions_blob)
 SELECT
+  'bench-' || i, false,
   (ARRAY['filter','filter','prioritize','bind'])[mod(i, 4) + 1],
   (ARRAY['gpu','zone','gpu','gpu'])[mod(i, 4) + 1],
   'per-backend', 'bench', 'pod-' || mod(i / 4, 200000), 'uid-' || mod(i / 4, 200000), 'a-' || (i / 4),
