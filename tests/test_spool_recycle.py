@@ -262,6 +262,30 @@ def test_the_shadow_tail_holding_a_segment_recycled_under_it_reads_each_record_o
     reader.close()
 
 
+def test_the_shadow_tail_at_the_end_of_a_recycled_segment_reads_what_its_writer_appends_next(tmp_path):
+    # The tail reads up to the end marker after a recycled segment's data, old bytes behind it.
+    # A read that kept those bytes (a buffered file) would find the marker there for good and
+    # never see the frames written over it: the shadow process stopped following under load.
+    big = 300 << 10
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=256 << 10))
+    writer.append([payload(1, big)])  # segment 1
+    writer.append([payload(2, big)])  # segment 2
+    reader = SpoolReader(tmp_path / "spool")
+    assert len(reader.read(10, 1 << 20).entries) == 2
+    reader.commit()  # segment 1 becomes a free file
+    writer.append([payload(3, 100)])  # segment 3, in segment 1's file: its old bytes follow the marker
+    assert writer._segment.recycled and writer._segment.first == 3
+    tail = SpoolTail(tmp_path / "spool")
+    assert [seq_of(i.entry.payload) for i in tail.read(100) if i.entry] == [2, 3]
+
+    for seq in (4, 5):
+        writer.append([payload(seq, 100)])  # over the marker the tail stopped at
+        assert [seq_of(i.entry.payload) for i in tail.read(100) if i.entry] == [seq]
+    tail.close()
+    writer.close()
+    reader.close()
+
+
 def test_the_shadow_tail_follows_a_writer_and_a_recycling_recorder_reading_no_record_twice(tmp_path):
     spool = tmp_path / "spool"
     writer = SpoolWriter(settings(tmp_path, segment_bytes=64 << 10, max_bytes=16 << 20, fsync="never"))

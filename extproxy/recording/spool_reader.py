@@ -262,7 +262,9 @@ class SpoolTail:
             return held[1]
         self._close(writer)
         try:
-            f = open(directory / segment_name(segment), "rb")
+            # Unbuffered, as _Listing's: a buffer would keep the end marker the tail stopped at
+            # (and the recycled file's old bytes after it) and hide the frames written over it.
+            f = open(directory / segment_name(segment), "rb", buffering=0)
         except FileNotFoundError:
             return None
         self._open[writer] = (segment, f)
