@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
