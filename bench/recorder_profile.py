@@ -8,6 +8,7 @@ prints the rate and the functions that took the most time, cumulative.
     .venv/bin/python bench/recorder_profile.py --mode full --nodes 1000 --calls 100
     .venv/bin/python bench/recorder_profile.py --db postgres          # a fresh database on BENCH_PG
     .venv/bin/python bench/recorder_profile.py --no-profile           # the rate alone, without cProfile's cost
+    .venv/bin/python bench/recorder_profile.py --no-profile --calls 25000 --rounds 8   # the rate as the table grows
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=1000, help="distinct pods cycled through")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="fill and drain this many times into the same database, a line per round")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()
@@ -61,21 +64,25 @@ def main() -> int:
 
         body = build_bodies([args.nodes])[(args.mode, args.nodes)]
         requests = bodies_with_pods(body, min(args.pods, args.calls))
-        prefill(tmp / "spool", requests, args.calls, names_mode=args.mode == "names")
         cfg = load_config(None)
         drainer = Drainer(tmp / "spool", cfg.recording, cfg.redaction)
         profiler = None if args.no_profile else cProfile.Profile()
-        started, cpu = time.monotonic(), time.process_time()
-        if profiler:
-            profiler.enable()
-        drainer.run(until_idle=True)
-        if profiler:
-            profiler.disable()
-        wall, cpu = time.monotonic() - started, time.process_time() - cpu
+        for round_ in range(1, args.rounds + 1):
+            prefill(tmp / "spool", requests, args.calls, names_mode=args.mode == "names")
+            written = drainer.counters.written
+            started, cpu = time.monotonic(), time.process_time()
+            if profiler:
+                profiler.enable()
+            drainer.run(until_idle=True)
+            if profiler:
+                profiler.disable()
+            wall, cpu = time.monotonic() - started, time.process_time() - cpu
+            calls = drainer.counters.written - written
+            table = f" (round {round_}, {drainer.counters.written} calls in the table)" if args.rounds > 1 else ""
+            print(f"{args.db} {args.mode} N={args.nodes}: {calls} calls in {wall:.2f} s = "
+                  f"{calls / wall:.0f} calls/s; recorder CPU {cpu / max(1, calls) * 1000:.2f} ms/call{table}"
+                  f"{' (under cProfile)' if profiler else ''}; load average {os.getloadavg()[0]:.2f}", flush=True)
         drainer.close()
-        print(f"{args.db} {args.mode} N={args.nodes}: {drainer.counters.written} calls in {wall:.2f} s = "
-              f"{drainer.counters.written / wall:.0f} calls/s; recorder CPU {cpu / max(1, args.calls) * 1000:.2f} ms/call"
-              f"{' (under cProfile)' if profiler else ''}; load average {os.getloadavg()[0]:.2f}")
         if profiler:
             out = io.StringIO()
             pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(args.top)

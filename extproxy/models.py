@@ -9,8 +9,6 @@ otherwise cost 5000 inserts on the recorder's write path. Timestamps, not durati
 """
 from __future__ import annotations
 
-import uuid
-
 from django.db import models
 
 # The one enum of each, defined in the pure core (models' choices, API and dashboard import them here too).
@@ -21,8 +19,11 @@ from .roles import PERMISSIONS
 
 
 def new_call_id() -> str:
-    """A fresh call id (the hot path makes its own: extproxy.recording.trace.new_call_id)."""
-    return str(uuid.uuid4())
+    """A fresh call id for rows made here (replays, tools): the time-ordered form the hot path
+    makes (extproxy.recording.trace.new_call_id), so that they too land at the unique index's edge."""
+    from extproxy.recording.trace import new_call_id as time_ordered
+
+    return time_ordered()
 
 
 class Form(models.TextChoices):

@@ -381,16 +381,25 @@ def test_it_keeps_redacted_values_out_and_names_each_change(transactional_db):
     assert pod["spec"]["containers"][0]["env"][0]["value"].encode() not in restored.body
 
 
-def test_call_ids_made_on_the_hot_path_are_distinct_random_uuids():
+def test_call_ids_made_on_the_hot_path_are_distinct_time_ordered_uuids():
+    import time
     import uuid
 
+    from extproxy.models import new_call_id as orm_default
     from extproxy.recording.trace import new_call_id
 
+    before = time.time_ns() // 1_000_000
     ids = [new_call_id() for _ in range(20_000)]
+    after = time.time_ns() // 1_000_000
     assert len(set(ids)) == len(ids)
     for text in ids[:2000]:
         parsed = uuid.UUID(text)
-        assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+        assert str(parsed) == text and parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        assert before <= parsed.int >> 80 <= after  # the first 48 bits: Unix time in milliseconds
+    time.sleep(0.002)
+    later = [new_call_id(), orm_default()]
+    assert max(ids) < min(later)  # a later millisecond sorts after: new ids go to the index's edge
+    assert uuid.UUID(later[1]).version == 7
 
 
 @pytest.mark.parametrize("recycle, kept", [(4, 2), (0, 0)])
