@@ -37,7 +37,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=1000, help="distinct pods cycled through")
     parser.add_argument("--rounds", type=int, default=1,
-                        help="fill and drain this many times into the same database, a line per round")
+                        help="fill and drain this many times into the same database, a line per round; "
+                             "cProfile covers the last round")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()
@@ -71,17 +72,18 @@ def main() -> int:
             prefill(tmp / "spool", requests, args.calls, names_mode=args.mode == "names")
             written = drainer.counters.written
             started, cpu = time.monotonic(), time.process_time()
-            if profiler:
+            profiling = profiler is not None and round_ == args.rounds  # the last round: the largest table
+            if profiling:
                 profiler.enable()
             drainer.run(until_idle=True)
-            if profiler:
+            if profiling:
                 profiler.disable()
             wall, cpu = time.monotonic() - started, time.process_time() - cpu
             calls = drainer.counters.written - written
             table = f" (round {round_}, {drainer.counters.written} calls in the table)" if args.rounds > 1 else ""
             print(f"{args.db} {args.mode} N={args.nodes}: {calls} calls in {wall:.2f} s = "
                   f"{calls / wall:.0f} calls/s; recorder CPU {cpu / max(1, calls) * 1000:.2f} ms/call{table}"
-                  f"{' (under cProfile)' if profiler else ''}; load average {os.getloadavg()[0]:.2f}", flush=True)
+                  f"{' (under cProfile)' if profiling else ''}; load average {os.getloadavg()[0]:.2f}", flush=True)
         drainer.close()
         if profiler:
             out = io.StringIO()

@@ -70,3 +70,17 @@ def test_it_reads_percentiles_and_rates_from_the_cells_in_sql():
     assert (s["p50"], s["p90"], s["p99"]) == (1.0, 10.0, 100.0)  # upper edges of the buckets holding them
     assert s["rate"] == round(100 / 3600, 3)
     assert sum(c for _, _, c in s["heat"]) == 100 and len(s["points"]) == 30
+
+
+def test_it_counts_a_call_in_its_utc_minute_whatever_the_process_time_zone(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        call(1, 5, at=T0 + timedelta(seconds=30))
+        assert rollup.catch_up() == 1
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert LatencyCell.objects.get().minute == int(T0.timestamp()) // 60
