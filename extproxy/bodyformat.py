@@ -36,8 +36,11 @@ class _NodeListRaw(msgspec.Struct):
     items: list[msgspec.Raw] = []
 
 
-def compact(body: bytes, redact: Redactor, add_node: NodeAdder) -> bytes | None:
-    """The spliced stored form of `body`, or None when it cannot be made exact."""
+def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedLists | None" = None) -> bytes | None:
+    """The spliced stored form of `body`, or None when it cannot be made exact.
+
+    `lists`, when given, remembers the NodeLists spliced last, so that the same list arriving
+    again is not cut apart again (SplicedLists)."""
     try:
         envelope = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
     except msgspec.DecodeError:
@@ -58,9 +61,20 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder) -> bytes | None:
         cursor = start + len(value)
         name = special[key]
         if name == "Nodes":
-            cursor = _splice_nodes(value, start, body, pieces, originals, marks, add_node)
-            if cursor < 0:
-                return None
+            spliced = lists.find(value) if lists is not None else None
+            if spliced is None:
+                spliced = _splice_nodes(value, add_node)
+                if spliced is None:
+                    return None
+                if lists is not None:
+                    lists.keep(value, spliced)
+            first = 0
+            if spliced.pieces and spliced.pieces[0] is spliced.originals[0]:  # a literal: joins one before it
+                _literal(pieces, originals, spliced.originals[0])
+                first = 1
+            pieces += spliced.pieces[first:]  # no two literals are neighbours in a spliced list
+            originals += spliced.originals[first:]
+            marks += spliced.marks
         else:
             redacted = redact(name, value)
             if redacted is None or not redacted[1]:
@@ -107,33 +121,98 @@ def _literal(pieces: list[bytes | str], originals: list[bytes], data: bytes) -> 
         originals.append(data)
 
 
-def _splice_nodes(value: bytes, start: int, body: bytes, pieces, originals, marks, add_node: NodeAdder) -> int:
-    """Cut a NodeList's items out of `body` into node references; the end of the value, or -1."""
+@dataclass
+class _Spliced:
+    """A NodeList value cut into pieces on its own: literal bytes (the same object in `pieces`
+    and `originals`) and Node keys (their original bytes in `originals`); the keys; the marks."""
+
+    pieces: list[bytes | str]
+    originals: list[bytes]
+    keys: list[str]
+    marks: list[str]
+    size: int
+
+
+def _splice_nodes(value: bytes, add_node: NodeAdder) -> _Spliced | None:
+    """Cut a NodeList's items out of `value` into node references; None when they cannot be found."""
+    pieces: list[bytes | str] = []
+    originals: list[bytes] = []
+    keys: list[str] = []
+    marks: list[str] = []
+    done = _Spliced(pieces, originals, keys, marks, 2 * len(value))
     if value.strip() == b"null":
-        _literal(pieces, originals, value)
-        return start + len(value)
+        pieces.append(value)
+        originals.append(value)
+        return done
     try:
         items = msgspec.json.decode(value, type=_NodeListRaw).items
     except msgspec.DecodeError:  # not a NodeList: keep it as it came
-        _literal(pieces, originals, value)
-        return start + len(value)
-    cursor, end = start, start + len(value)
+        pieces.append(value)
+        originals.append(value)
+        return done
+    cursor, end = 0, len(value)
     for index, raw in enumerate(items):
         item = bytes(raw)
         # The item nearly always starts right after the `[` or `,` at cursor: one compare, no search.
         at = cursor + 1
-        if not (at + len(item) <= end and body.startswith(item, at)):
-            at = body.find(item, cursor, end)
+        if not (at + len(item) <= end and value.startswith(item, at)):
+            at = value.find(item, cursor, end)
         if at < 0:
-            return -1
-        _literal(pieces, originals, body[cursor:at])
-        sha, node_marks = add_node(item)
-        pieces.append(sha)
+            return None
+        _literal_piece(pieces, originals, value[cursor:at])
+        key, node_marks = add_node(item)
+        pieces.append(key)
         originals.append(item)
+        keys.append(key)
         marks += [f"Nodes.items[{index}]{mark}" for mark in node_marks]
         cursor = at + len(item)
-    _literal(pieces, originals, body[cursor:end])
-    return end
+    _literal_piece(pieces, originals, value[cursor:end])
+    return done
+
+
+def _literal_piece(pieces: list[bytes | str], originals: list[bytes], data: bytes) -> None:
+    """A literal piece of a NodeList: one object in both lists, so that `compact` knows it."""
+    if data:
+        pieces.append(data)
+        originals.append(data)
+
+
+class SplicedLists:
+    """The NodeLists spliced last, by their bytes, and what splicing each gave.
+
+    A cluster's scheduler sends the same list of Node objects in call after call (every candidate
+    node, on every filter and prioritize) until a node changes, and a filter's answer passes on
+    the same list while the same nodes fit. Cutting a list apart costs a SHA-256 and a lookup per
+    Node (most of recording a full-object call); comparing it with a list seen before costs one
+    comparison of its bytes. Bounded: the `keep` lists used last, of `max_bytes` at most in all;
+    a list larger than a quarter of that is not kept. `touch` is told the Node keys of a list
+    found again, as each `add_node` would have been (the node store marks them in use).
+    """
+
+    def __init__(self, touch: Callable[[list[str]], None], keep: int = 4, max_bytes: int = 64 << 20) -> None:
+        self._touch = touch
+        self._keep = keep
+        self._max_bytes = max_bytes
+        self._lists: list[tuple[bytes, _Spliced]] = []  # the most recently used last
+        self.hits = self.misses = 0
+
+    def find(self, value: bytes) -> _Spliced | None:
+        for index in range(len(self._lists) - 1, -1, -1):
+            known, spliced = self._lists[index]
+            if len(known) == len(value) and known == value:
+                self._lists.append(self._lists.pop(index))
+                self._touch(spliced.keys)
+                self.hits += 1
+                return spliced
+        self.misses += 1
+        return None
+
+    def keep(self, value: bytes, spliced: _Spliced) -> None:
+        if not spliced.keys or spliced.size > self._max_bytes // 4:
+            return
+        self._lists.append((value, spliced))
+        while len(self._lists) > self._keep or sum(s.size for _, s in self._lists) > self._max_bytes:
+            self._lists.pop(0)
 
 
 @dataclass

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import zlib
 
+import msgspec
+
 from extproxy import bodyformat
 from extproxy.config import RedactionConfig
 from extproxy.recording import compact_body
@@ -210,3 +212,78 @@ def test_a_body_larger_than_the_limit_is_not_remembered(monkeypatch):
     nodes.stored_body(body)
     nodes.stored_body(body)
     assert not len(nodes.stored) and nodes.redact_field.misses + nodes.redact_field.hits == 2
+
+
+SECRET = json.dumps(json.loads(fixture_bytes("filter-request.nodecache-false.json"))["Pod"]["spec"]["containers"][0]
+                    ["env"][0]["value"]).encode()
+REDACTED = b'"[redacted]"'
+
+
+def _with_pod_name(body: bytes, name: str) -> bytes:
+    data = json.loads(body)
+    data["Pod"]["metadata"]["name"] = name
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def test_a_node_list_seen_again_is_spliced_from_memory_as_made_afresh():
+    template = fixture_bytes("filter-request.nodecache-false.json")
+    bodies = [_with_pod_name(template, name) for name in ("web-0", "a-much-longer-pod-name-1")]
+    rules = RedactionConfig()
+    nodes = NodeDeduper(rules)
+    added: list[bytes] = []
+    add_exact = nodes.add_exact
+    nodes.add_exact = lambda raw: added.append(raw) or add_exact(raw)  # type: ignore[method-assign]
+
+    first = compact_body(bodies[0], rules, nodes)
+    batch, first_used = nodes.take_batch()
+    refs = nodes.refs
+    again = compact_body(bodies[1], rules, nodes)
+    new_in_second, second_used = nodes.take_batch()
+
+    assert len(added) == 5 and (nodes.lists.misses, nodes.lists.hits) == (1, 1)  # not one Node cut out again
+    assert nodes.refs == refs + 5 and not new_in_second and second_used == first_used == set(batch)
+    assert first == compact_body(bodies[0], rules, NodeDeduper(rules))
+    assert again == compact_body(bodies[1], rules, NodeDeduper(rules))
+    pieces, _ = msgspec.msgpack.decode(again[1:])
+    assert b',"Nodes":{"metadata":{},"items":[' in pieces  # neighbouring literal bytes are one piece
+    for body, stored in zip(bodies, (first, again)):  # byte for byte but the Pod's redacted secret
+        restored = _restore(stored, nodes, batch).body
+        assert restored.replace(REDACTED, SECRET) == body
+
+
+def test_a_node_list_with_one_node_changed_is_spliced_afresh():
+    data = json.loads(fixture_bytes("filter-request.nodecache-false.json"))
+    rules = RedactionConfig()
+    nodes = NodeDeduper(rules)
+    first_body = json.dumps(data, separators=(",", ":")).encode()
+    first = compact_body(first_body, rules, nodes)
+    batch, _ = nodes.take_batch()
+    data["Nodes"]["items"][3]["metadata"]["labels"]["zone"] = "moved"
+    changed_body = json.dumps(data, separators=(",", ":")).encode()
+
+    changed = compact_body(changed_body, rules, nodes)
+    new, used = nodes.take_batch()
+
+    assert (nodes.lists.misses, nodes.lists.hits) == (2, 0)
+    assert len(new) == 1 and len(used) == 5
+    batch.update(new)
+    assert _restore(changed, nodes, batch).body.replace(REDACTED, SECRET) == changed_body
+    assert _restore(first, nodes, batch).body.replace(REDACTED, SECRET) == first_body
+
+
+def test_the_node_list_memory_keeps_the_lists_used_last_within_its_bound():
+    touched: list[list[str]] = []
+    lists = bodyformat.SplicedLists(touched.append, keep=2, max_bytes=4000)
+
+    def spliced(value: bytes):
+        return bodyformat._splice_nodes(value, lambda raw: (str(len(raw)), []))
+
+    values = [b'{"items":[{"a":%d}]}' % i for i in range(3)] + [b'{"items":[{"big":"' + b"x" * 1200 + b'"}]}']
+    for value in values[:3]:
+        lists.keep(value, spliced(value))
+    assert lists.find(values[0]) is None  # two kept: the oldest went
+    assert lists.find(values[1]) is not None and lists.find(values[2]) is not None
+    assert touched == [["7"], ["7"]]  # each list found again names its Nodes
+    lists.keep(values[3], spliced(values[3]))  # 2 × its bytes > a quarter of the bound: not kept
+    assert lists.find(values[3]) is None and lists.find(values[2]) is not None
+    assert lists.find(b'{"items":[{"a":9}]}') is None  # same length, other bytes

@@ -146,6 +146,7 @@ class NodeDeduper:
         self._exact: OrderedDict[bytes, tuple[str, tuple[str, ...]]] = OrderedDict()  # raw digest -> (key, marks)
         self._cache_size = cache_size
         self.stored = BytesBoundedLRU(stored_body_bytes)  # body digest -> stored form (stored_body)
+        self.lists = bodyformat.SplicedLists(self._found_again)  # whole NodeLists seen before
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
             redaction_cache_bytes,
@@ -171,6 +172,11 @@ class NodeDeduper:
         while len(self._canonical) > self._cache_size:
             self._canonical.popitem(last=False)
         return sha
+
+    def _found_again(self, keys: list[str]) -> None:
+        """A NodeList spliced before came again: its Nodes are referred to as add_exact would."""
+        self.refs += len(keys)
+        self.used.update(keys)
 
     def add_exact(self, raw: bytes) -> tuple[str, list[str]]:
         """Keep a Node object as received (keyed by the SHA-256 of its bytes), so its body can
@@ -240,7 +246,7 @@ def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> byt
     canonical form below only for bodies it cannot splice exactly.
     """
     try:
-        spliced = bodyformat.compact(body, nodes.redact_field, nodes.add_exact)
+        spliced = bodyformat.compact(body, nodes.redact_field, nodes.add_exact, nodes.lists)
     except UNDECODABLE:  # the older form below decides what to keep
         spliced = None
     if spliced is not None:
