@@ -8,6 +8,7 @@ import json
 import zlib
 
 import msgspec
+import pytest
 
 from extproxy import bodyformat
 from extproxy.config import RedactionConfig
@@ -92,8 +93,9 @@ def test_redaction_marks_name_each_change_and_nothing_else():
     assert bodyformat.redaction_marks({"l": [1, 2]}, {"l": [1]}) == [".l redacted"]
 
 
-def test_a_verdict_is_remembered_only_for_the_same_backend_status_reply_and_nodes():
-    from extproxy.recording.verdicts import VerdictMemo
+@pytest.mark.parametrize("large", [False, True], ids=["hashed", "compared-first"])
+def test_a_verdict_is_remembered_only_for_the_same_backend_status_reply_and_nodes(large):
+    from extproxy.recording.verdicts import COMPARE_FROM, VerdictMemo
     from extproxy.semantics import Decision, Outcome, Result, Verdict
 
     computed: list[int] = []
@@ -105,23 +107,32 @@ def test_a_verdict_is_remembered_only_for_the_same_backend_status_reply_and_node
                            decisions=[Decision(node=f"n{i}", backend="b", result=Result.PASSED) for i in range(n)])
         return run
 
+    pad = b" " * COMPARE_FROM if large else b""  # large replies are compared byte for byte before hashing
+
+    def r(text: bytes) -> bytes:
+        return text + pad
+
     memo = VerdictMemo(max_decisions=64)
     what = ("filter", "b", "http://b", "filter", True, 1)
-    first = memo.judge(what, 200, b"reply", ["n0", "n1"], compute(2))
-    assert memo.judge(what, 200, b"reply", ["n0", "n1"], compute(2)) is first
-    memo.judge(what, 200, b"reply", ["n0"], compute(1))  # other nodes
-    memo.judge(what, 500, b"reply", ["n0", "n1"], compute(2))  # other status
-    memo.judge(what, 200, b"other", ["n0", "n1"], compute(2))  # other reply
-    memo.judge(("filter", "c", "http://b", "filter", True, 1), 200, b"reply", ["n0", "n1"], compute(2))  # other backend
-    assert computed == [2, 1, 2, 2, 2]
+    first = memo.judge(what, 200, r(b"reply"), ["n0", "n1"], compute(2))
+    assert memo.judge(what, 200, r(b"reply"), ["n0", "n1"], compute(2)) is first
+    memo.judge(what, 200, r(b"reply"), ["n0"], compute(1))  # other nodes
+    memo.judge(what, 500, r(b"reply"), ["n0", "n1"], compute(2))  # other status
+    memo.judge(what, 200, r(b"other"), ["n0", "n1"], compute(2))  # other reply
+    memo.judge(("filter", "c", "http://b", "filter", True, 1), 200, r(b"reply"), ["n0", "n1"], compute(2))  # other backend
+    nodes = ["n0", "n1"]
+    memo.judge(what, 200, r(b"kept"), nodes, compute(2))
+    nodes.append("n2")  # the caller's list changes afterwards: what was judged did not
+    memo.judge(what, 200, r(b"kept"), nodes, compute(3))
+    assert computed == [2, 1, 2, 2, 2, 2, 3]
 
     for i in range(40):  # 3 decisions held each (2 + 1): the bound is 64
-        memo.judge(what, 200, b"r%d" % i, ["n0", "n1"], compute(2))
+        memo.judge(what, 200, r(b"r%d" % i), ["n0", "n1"], compute(2))
         assert memo.held <= 64
     computed.clear()
-    memo.judge(what, 200, b"reply", ["n0", "n1"], compute(2))  # long since evicted
-    memo.judge(what, 200, b"big", [], compute(10))  # more than a sixteenth of the bound: not kept
-    memo.judge(what, 200, b"big", [], compute(10))
+    memo.judge(what, 200, r(b"reply"), ["n0", "n1"], compute(2))  # long since evicted
+    memo.judge(what, 200, r(b"big"), [], compute(10))  # more than a sixteenth of the bound: not kept
+    memo.judge(what, 200, r(b"big"), [], compute(10))
     assert computed == [2, 10, 10]
 
 
@@ -287,3 +298,18 @@ def test_the_node_list_memory_keeps_the_lists_used_last_within_its_bound():
     lists.keep(values[3], spliced(values[3]))  # 2 × its bytes > a quarter of the bound: not kept
     assert lists.find(values[3]) is None and lists.find(values[2]) is not None
     assert lists.find(b'{"items":[{"a":9}]}') is None  # same length, other bytes
+
+
+def test_the_large_replies_compared_first_are_bounded_in_number_and_bytes(monkeypatch):
+    from extproxy.recording import verdicts
+    from extproxy.semantics import Outcome, Verdict
+
+    monkeypatch.setattr(verdicts, "COMPARE_FROM", 10)
+    monkeypatch.setattr(verdicts, "COMPARED_MAX", 100)
+    memo = verdicts.VerdictMemo()
+    what = ("filter", "b", "http://b", "filter", True, 1)
+    for size in (100, 20, 30, 40, 50, 101, 60):  # 101 is over the most kept: never kept
+        memo.judge(what, 200, b"x" * size, [], lambda: Verdict(outcome=Outcome.OK, error="", findings=[], decisions=[]))
+        assert len(memo._large) <= verdicts.COMPARED
+        assert sum(len(large[3]) for large in memo._large) <= 400
+    assert [len(large[3]) for large in memo._large] == [30, 40, 50, 60]
