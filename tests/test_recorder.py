@@ -418,3 +418,38 @@ def test_it_keeps_stored_segments_for_reuse_as_many_as_its_setting_says(transact
     directory = tmp_path / "spool" / "serve"
     assert Call.objects.count() == 3
     assert len(segments(directory)) == 1 and len(free_files(directory)) == kept  # the last one stays
+
+
+def test_nodes_retention_deleted_are_kept_again_when_a_later_call_refers_to_them(transactional_db, tmp_path):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from extproxy.config import RetentionConfig
+
+    body = fixture_bytes("filter-request.nodecache-false.json")
+    reply = fixture_bytes("filter-result.nodecache-false.json")
+    old = time.time() - 10 * 86400
+    drainer = Drainer(tmp_path / "spool", RecordingConfig(), NO_SECRETS, retention=RetentionConfig(max_age_seconds=7 * 86400))
+
+    def record(trace: Trace) -> None:
+        recorder = spool_recorder(tmp_path)
+        recorder.start()
+        recorder.submit(trace)
+        assert recorder.flush(20) and recorder.stop()
+        drainer.run(until_idle=True)
+
+    record(make_trace(body=body, response=reply, started_at=old, finished_at=old + 1, node_cache_capable=False))
+    assert NodeObject.objects.count() == 5
+    NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))  # unused since that call
+    drainer._next_prune = 0.0
+    drainer._maybe_prune()  # the call is past its age, and so are its nodes
+    assert Call.objects.count() == 0 and NodeObject.objects.count() == 0
+
+    record(make_trace(body=body, response=reply, node_cache_capable=False))  # the same Nodes again
+    drainer.close()
+
+    call = Call.objects.get()
+    kept = dict(NodeObject.objects.values_list("sha256", "data"))
+    assert len(kept) == 5
+    assert restore_body(call.request_body, lambda shas: {s: decompress(kept[s]) for s in shas}) == body

@@ -298,9 +298,14 @@ class Drainer:
             return
         self._next_prune = time.monotonic() + PRUNE_EVERY
         try:
-            prune(self.retention)
+            pruned = prune(self.retention)
         except Exception:  # retention is retried on the next pass; recording goes on
             log.exception("recorder: retention pass failed")
+            return
+        if pruned.nodes:
+            # What the writer remembers of Node objects may name one just deleted, and a Node found
+            # in memory is not stored again: its next call would refer to a Node no longer kept.
+            self.writer.nodes.forget_nodes()
 
     def close(self) -> None:
         self.reader.close()
