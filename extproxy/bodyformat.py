@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from .protocol import go_key
+from .protocol import RecentLists, go_key
 
 SPLICED_MARK = b"S"
 
@@ -191,28 +191,21 @@ class SplicedLists:
 
     def __init__(self, touch: Callable[[list[str]], None], keep: int = 4, max_bytes: int = 64 << 20) -> None:
         self._touch = touch
-        self._keep = keep
-        self._max_bytes = max_bytes
-        self._lists: list[tuple[bytes, _Spliced]] = []  # the most recently used last
+        self._recent = RecentLists(keep, max_bytes)
         self.hits = self.misses = 0
 
     def find(self, value: bytes) -> _Spliced | None:
-        for index in range(len(self._lists) - 1, -1, -1):
-            known, spliced = self._lists[index]
-            if len(known) == len(value) and known == value:
-                self._lists.append(self._lists.pop(index))
-                self._touch(spliced.keys)
-                self.hits += 1
-                return spliced
-        self.misses += 1
-        return None
+        spliced = self._recent.find(value)
+        if spliced is None:
+            self.misses += 1
+            return None
+        self._touch(spliced.keys)
+        self.hits += 1
+        return spliced
 
     def keep(self, value: bytes, spliced: _Spliced) -> None:
-        if not spliced.keys or spliced.size > self._max_bytes // 4:
-            return
-        self._lists.append((value, spliced))
-        while len(self._lists) > self._keep or sum(s.size for _, s in self._lists) > self._max_bytes:
-            self._lists.pop(0)
+        if spliced.keys:
+            self._recent.keep(value, spliced, spliced.size)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from .gojson import (
     _trim,
     _type_error,
 )
-from .objects import NodeListParts, _node_list, identity_of
+from .objects import NodeListParts, RecentLists, _node_list, identity_of
 from .types import (
     BindingArgs,
     BindingResult,
@@ -75,10 +75,11 @@ class ArgsParts:
     node_names: list[str] | None
 
 
-def read_extender_args(body: bytes, keep_items: bool = True) -> ArgsParts:
+def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentLists | None = None) -> ArgsParts:
     """The one reader of ExtenderArgs: every occurrence of a key is checked, the last one wins.
 
-    ``keep_items=False``: the Nodes' names only (``nodes.items`` is None), with the same checks.
+    ``keep_items=False``: the Nodes' names only (``nodes.items`` is None), with the same checks;
+    with ``recent``, a Nodes list read before is not read again (objects.RecentLists).
     """
     pod_raw: bytes = b"null"
     nodes: NodeListParts | None = None
@@ -90,7 +91,7 @@ def read_extender_args(body: bytes, keep_items: bool = True) -> ArgsParts:
                 raise _type_error(k, "ExtenderArgs.Pod", "v1.Pod")
             pod_raw = bytes(_trim(val))
         elif name == "Nodes":
-            nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items)
+            nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items, recent)
         else:
             names = _string_list(val, "ExtenderArgs.NodeNames")
     return ArgsParts(pod_raw, identity_of(pod_raw, "ExtenderArgs.Pod"), nodes, names)

@@ -10,6 +10,7 @@ May import: the standard library, msgspec and ``protocol.gojson``. No Django, no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -77,6 +78,37 @@ class NodeListParts:
     metadata: dict
 
 
+class RecentLists:
+    """What was made of each of the last few NodeLists, by the list's bytes.
+
+    A reader that meets the same list again and again (the recorder: the scheduler sends the
+    same Node objects in call after call until one of them changes) compares the bytes, one
+    `memcmp`, instead of reading the list again. Bounded: the `keep` lists used last, of
+    `max_bytes` in all as each entry's size says; an entry larger than a quarter of that is not
+    kept. For one thread.
+    """
+
+    def __init__(self, keep: int = 4, max_bytes: int = 64 << 20) -> None:
+        self._keep = keep
+        self._max_bytes = max_bytes
+        self._entries: list[tuple[bytes, Any, int]] = []  # (list bytes, what was made, size); used last at the end
+
+    def find(self, value: bytes) -> Any | None:
+        for index in range(len(self._entries) - 1, -1, -1):
+            known, made, _ = self._entries[index]
+            if len(known) == len(value) and known == value:
+                self._entries.append(self._entries.pop(index))
+                return made
+        return None
+
+    def keep(self, value: bytes, made: Any, size: int) -> None:
+        if size > self._max_bytes // 4:
+            return
+        self._entries.append((value, made, size))
+        while len(self._entries) > self._keep or sum(entry[2] for entry in self._entries) > self._max_bytes:
+            self._entries.pop(0)
+
+
 class _ExactNodeList(msgspec.Struct, forbid_unknown_fields=True):
     """A NodeList whose keys are spelled exactly as Go's tags: read in one pass (the usual case)."""
 
@@ -95,12 +127,22 @@ _exact_node_list = msgspec.json.Decoder(_ExactNodeList)
 _exact_named_list = msgspec.json.Decoder(_ExactNamedList)
 
 
-def _node_list(raw: _Buf, where: str, keep_items: bool = True) -> NodeListParts | None:
+def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentLists | None = None) -> NodeListParts | None:
     """*v1.NodeList -> its parts; None for null. The one reader of NodeLists, in every message.
 
     ``keep_items=False``: names only (a reader of verdicts needs no more, and the items' bytes
-    cost a copy and a decode each); the checks are the same.
+    cost a copy and a decode each); the checks are the same. ``recent``, with names only: the
+    names of a list read before are taken from it (copies: the caller may change them).
     """
+    if recent is not None and not keep_items:
+        value = bytes(raw)
+        parts = recent.find(value)
+        if parts is None:
+            parts = _node_list(value, where, keep_items=False)
+            if parts is None:
+                return None
+            recent.keep(value, parts, 2 * len(value))  # the list's bytes, and its names at most as many
+        return NodeListParts(None, list(parts.names), dict(parts.metadata))
     k = _jkind(raw)
     if k == "null":
         return None

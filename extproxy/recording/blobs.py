@@ -17,7 +17,7 @@ import msgspec
 
 from .. import bodyformat
 from ..config import RedactionConfig
-from ..protocol import go_key
+from ..protocol import RecentLists, go_key
 from ..redaction import needs_redaction, redact_object
 
 try:
@@ -147,6 +147,9 @@ class NodeDeduper:
         self._cache_size = cache_size
         self.stored = BytesBoundedLRU(stored_body_bytes)  # body digest -> stored form (stored_body)
         self.lists = bodyformat.SplicedLists(self._found_again)  # whole NodeLists seen before
+        # The node names of the requests' NodeLists read last: full-object requests send the same
+        # list again and again, and reading 1,000 names out of it took 1.4 ms (rows.read_request).
+        self.request_lists = RecentLists(keep=4, max_bytes=32 << 20)
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
             redaction_cache_bytes,
