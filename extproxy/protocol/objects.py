@@ -141,7 +141,8 @@ def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentLis
             parts = _node_list(value, where, keep_items=False)
             if parts is None:
                 return None
-            recent.keep(value, parts, 2 * len(value))  # the list's bytes, and its names at most as many
+            size = len(value) + sum(64 + len(name) for name in parts.names)  # the list's bytes, its names
+            recent.keep(value, parts, size)
         return NodeListParts(None, list(parts.names), dict(parts.metadata))
     k = _jkind(raw)
     if k == "null":
