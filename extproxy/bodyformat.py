@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from .protocol import RecentLists, go_key
+from .protocol import RecentBytes, go_key
 
 SPLICED_MARK = b"S"
 
@@ -191,7 +191,7 @@ class SplicedLists:
 
     def __init__(self, touch: Callable[[list[str]], None], keep: int = 4, max_bytes: int = 64 << 20) -> None:
         self._touch = touch
-        self._recent = RecentLists(keep, max_bytes)
+        self._recent = RecentBytes(keep, max_bytes)
         self.hits = self.misses = 0
 
     def find(self, value: bytes) -> _Spliced | None:

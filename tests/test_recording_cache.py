@@ -301,15 +301,45 @@ def test_the_node_list_memory_keeps_the_lists_used_last_within_its_bound():
 
 
 def test_the_large_replies_compared_first_are_bounded_in_number_and_bytes(monkeypatch):
+    import hashlib
+
     from extproxy.recording import verdicts
     from extproxy.semantics import Outcome, Verdict
 
+    hashed: list[int] = []  # a reply found among those compared is not hashed again
+
+    class CountingHashlib:
+        @staticmethod
+        def sha256(data: bytes):
+            hashed.append(1)
+            return hashlib.sha256(data)
+
+    monkeypatch.setattr(verdicts, "hashlib", CountingHashlib)
     monkeypatch.setattr(verdicts, "COMPARE_FROM", 10)
-    monkeypatch.setattr(verdicts, "COMPARED_MAX", 100)
-    memo = verdicts.VerdictMemo()
     what = ("filter", "b", "http://b", "filter", True, 1)
-    for size in (100, 20, 30, 40, 50, 101, 60):  # 101 is over the most kept: never kept
-        memo.judge(what, 200, b"x" * size, [], lambda: Verdict(outcome=Outcome.OK, error="", findings=[], decisions=[]))
-        assert len(memo._large) <= verdicts.COMPARED
-        assert sum(len(large[3]) for large in memo._large) <= 400
-    assert [len(large[3]) for large in memo._large] == [30, 40, 50, 60]
+
+    def hashes(memo, reply: bytes, nodes=()) -> int:
+        before = len(hashed)
+        memo.judge(what, 200, reply, list(nodes), lambda: Verdict(outcome=Outcome.OK, error="", findings=[], decisions=[]))
+        return len(hashed) - before
+
+    monkeypatch.setattr(verdicts, "COMPARED_BYTES", 400)  # so 100 bytes each at most
+    memo = verdicts.VerdictMemo()
+    replies = {size: b"x" * size for size in (100, 20, 30, 40, 50, 101, 60)}
+    for reply in replies.values():
+        assert hashes(memo, reply) == 1
+    assert [hashes(memo, replies[size]) for size in (30, 40, 50, 60)] == [0, 0, 0, 0]  # the last four kept
+    assert hashes(memo, replies[101]) == 1  # over a quarter of the bytes: never kept
+    assert hashes(memo, replies[100]) == 1  # kept once, then the oldest of five
+    assert hashes(memo, b"y" * 9) == 1  # under COMPARE_FROM: always hashed
+    assert hashes(memo, b"y" * 9) == 1
+    assert hashes(memo, b"z" * 20) == 1 and hashes(memo, b"z" * 20) == 0
+    assert hashes(memo, b"z" * 20, nodes=["n0"]) == 1  # kept bytes, for other nodes: judged apart
+    assert hashes(memo, b"z" * 20, nodes=["n0"]) == 0  # 20 + 66 bytes for its one name: kept
+    assert [hashes(memo, replies[60], nodes=["n0"]) for _ in range(2)] == [1, 1]  # 60 + 66: not kept
+
+    monkeypatch.setattr(verdicts, "COMPARED", 10)  # now the bytes bind: 400 in all
+    memo = verdicts.VerdictMemo()
+    for letter in b"abcde":
+        assert hashes(memo, bytes([letter]) * 100) == 1
+    assert [hashes(memo, bytes([letter]) * 100) for letter in b"edcba"] == [0, 0, 0, 0, 1]

@@ -7,7 +7,7 @@ goes in ``extproxy.semantics``.
 * ``gojson``: Go's encoding/json on msgspec (first value, key folding, type checks, errors);
 * ``types``: the wire types, and ``Verb``, the four calls;
 * ``objects``: Pods and Nodes inside messages: identity, the one NodeList reader, and
-  ``RecentLists``, a bounded memory of lists read before, by their bytes;
+  ``RecentBytes``, a bounded memory of what was made of bytes read before (lists, replies);
 * ``decode``: one exact decoder per message;
 * ``encode``: one encoder per message, byte-compatible with Go's json.Marshal;
 * ``raw``: the hot path's split of ExtenderArgs into parts kept as bytes, and the joins back.
@@ -43,7 +43,7 @@ from .encode import (
     encode_preemption_result,
 )
 from .gojson import ProtocolError, envelope_keys, go_key
-from .objects import NodeListParts, RecentLists, identity_of, node_name_of
+from .objects import NodeListParts, RecentBytes, identity_of, node_name_of
 from .raw import RawArgs, join_extender_args, join_filter_result, pod_identity, split_extender_args
 from .types import (
     MAX_EXTENDER_PRIORITY,
@@ -67,7 +67,7 @@ __all__ = [
     "Verb",
     "ArgsParts",
     "NodeListParts",
-    "RecentLists",
+    "RecentBytes",
     "read_extender_args",
     "identity_of",
     "RawArgs",

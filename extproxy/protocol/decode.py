@@ -37,7 +37,7 @@ from .gojson import (
     _trim,
     _type_error,
 )
-from .objects import NodeListParts, RecentLists, _node_list, identity_of
+from .objects import NodeListParts, RecentBytes, _node_list, identity_of
 from .types import (
     BindingArgs,
     BindingResult,
@@ -75,11 +75,11 @@ class ArgsParts:
     node_names: list[str] | None
 
 
-def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentLists | None = None) -> ArgsParts:
+def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes | None = None) -> ArgsParts:
     """The one reader of ExtenderArgs: every occurrence of a key is checked, the last one wins.
 
     ``keep_items=False``: the Nodes' names only (``nodes.items`` is None), with the same checks;
-    with ``recent``, a Nodes list read before is not read again (objects.RecentLists).
+    with ``recent``, a Nodes list read before is not read again (objects.RecentBytes).
     """
     pod_raw: bytes = b"null"
     nodes: NodeListParts | None = None

@@ -10,7 +10,7 @@ May import: the standard library, msgspec and ``protocol.gojson``. No Django, no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -78,12 +78,14 @@ class NodeListParts:
     metadata: dict
 
 
-class RecentLists:
-    """What was made of each of the last few NodeLists, by the list's bytes.
+class RecentBytes:
+    """What was made of each of the last few byte strings, found again by their bytes.
 
-    A reader that meets the same list again and again (the recorder: the scheduler sends the
-    same Node objects in call after call until one of them changes) compares the bytes, one
-    `memcmp`, instead of reading the list again. Bounded: the `keep` lists used last, of
+    A reader that meets the same bytes again and again (the recorder: the scheduler sends the
+    same Node objects in call after call until one of them changes, and a backend answers them
+    alike) compares the bytes, one `memcmp`, instead of reading them again. `find`'s `matches`
+    says whether what was made also fits what else the caller depends on (the same bytes can be
+    kept more than once, each with its own). Bounded: the `keep` entries used last, of
     `max_bytes` in all as each entry's size says; an entry larger than a quarter of that is not
     kept. For one thread.
     """
@@ -91,12 +93,12 @@ class RecentLists:
     def __init__(self, keep: int = 4, max_bytes: int = 64 << 20) -> None:
         self._keep = keep
         self._max_bytes = max_bytes
-        self._entries: list[tuple[bytes, Any, int]] = []  # (list bytes, what was made, size); used last at the end
+        self._entries: list[tuple[bytes, Any, int]] = []  # (bytes, what was made, size); used last at the end
 
-    def find(self, value: bytes) -> Any | None:
+    def find(self, value: bytes, matches: Callable[[Any], bool] | None = None) -> Any | None:
         for index in range(len(self._entries) - 1, -1, -1):
             known, made, _ = self._entries[index]
-            if len(known) == len(value) and known == value:
+            if len(known) == len(value) and known == value and (matches is None or matches(made)):
                 self._entries.append(self._entries.pop(index))
                 return made
         return None
@@ -127,7 +129,7 @@ _exact_node_list = msgspec.json.Decoder(_ExactNodeList)
 _exact_named_list = msgspec.json.Decoder(_ExactNamedList)
 
 
-def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentLists | None = None) -> NodeListParts | None:
+def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentBytes | None = None) -> NodeListParts | None:
     """*v1.NodeList -> its parts; None for null. The one reader of NodeLists, in every message.
 
     ``keep_items=False``: names only (a reader of verdicts needs no more, and the items' bytes

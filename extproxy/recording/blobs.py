@@ -17,7 +17,7 @@ import msgspec
 
 from .. import bodyformat
 from ..config import RedactionConfig
-from ..protocol import RecentLists, go_key
+from ..protocol import RecentBytes, go_key
 from ..redaction import needs_redaction, redact_object
 
 try:
@@ -149,7 +149,7 @@ class NodeDeduper:
         self.lists = bodyformat.SplicedLists(self._found_again)  # whole NodeLists seen before
         # The node names of the requests' NodeLists read last: full-object requests send the same
         # list again and again, and reading 1,000 names out of it took 1.4 ms (rows.read_request).
-        self.request_lists = RecentLists(keep=4, max_bytes=32 << 20)
+        self.request_lists = RecentBytes(keep=4, max_bytes=32 << 20)
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
             redaction_cache_bytes,

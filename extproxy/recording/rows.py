@@ -67,7 +67,7 @@ def bounded_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
-def read_request(trace: Trace, recent: protocol.RecentLists | None = None) -> dict[str, Any]:
+def read_request(trace: Trace, recent: protocol.RecentBytes | None = None) -> dict[str, Any]:
     """Pod identity and node list of the request; `request_error` when the scheduler's
     decoder would refuse it (a protocol error is a finding, not an undecodable record).
     `recent`: the node names of NodeLists read before, by their bytes (NodeDeduper.request_lists)."""

@@ -17,6 +17,7 @@ from typing import Callable
 import msgspec
 
 from .. import semantics
+from ..protocol import RecentBytes
 
 MAX_DECISIONS = 200_000  # decisions held across all remembered verdicts (~40 MB)
 # Replies of at least this many bytes are first compared with the last few such replies, byte
@@ -25,7 +26,7 @@ MAX_DECISIONS = 200_000  # decisions held across all remembered verdicts (~40 MB
 # comparing takes a tenth of that.
 COMPARE_FROM = 64 << 10
 COMPARED = 4  # such replies kept (with their request's node names) to compare with,
-COMPARED_MAX = 8 << 20  # each of this many bytes at most (a larger one is not kept): 32 MiB in all
+COMPARED_BYTES = 32 << 20  # of this many bytes in all, so each of 8 MiB at most (RecentBytes' quarter)
 
 
 class VerdictMemo:
@@ -35,7 +36,7 @@ class VerdictMemo:
         self._max = max_decisions
         self.held = 0  # decisions held
         self.hits = self.misses = 0
-        self._large: list[tuple[tuple, int, list[str], bytes, bytes]] = []  # (what, status, nodes, reply, key)
+        self._compared = RecentBytes(COMPARED, COMPARED_BYTES)  # reply -> (what, status, nodes, key)
 
     def judge(self, what: tuple, status: int, reply: bytes, nodes: list[str],
               compute: Callable[[], semantics.Verdict]) -> semantics.Verdict:
@@ -62,19 +63,17 @@ class VerdictMemo:
         return verdict
 
     def _key(self, what: tuple, status: int, reply: bytes, nodes: list[str]) -> bytes:
-        if len(reply) >= COMPARE_FROM:
-            for index in range(len(self._large) - 1, -1, -1):
-                l_what, l_status, l_nodes, l_reply, l_key = self._large[index]
-                if len(l_reply) == len(reply) and l_status == status and l_what == what and l_reply == reply \
-                        and l_nodes == nodes:
-                    self._large.append(self._large.pop(index))
-                    return l_key
+        large = len(reply) >= COMPARE_FROM
+        if large:
+            known = self._compared.find(reply, lambda made: made[0] == what and made[1] == status and made[2] == nodes)
+            if known is not None:
+                return known[3]
         h = hashlib.sha256(msgspec.msgpack.encode([list(what), status, nodes]))
         h.update(reply)
         key = h.digest()
-        if COMPARE_FROM <= len(reply) <= COMPARED_MAX:
-            self._large.append((what, status, list(nodes), reply, key))  # a copy: the caller keeps its list
-            del self._large[:-COMPARED]
+        if large:  # the node names copied: the caller keeps its list
+            size = len(reply) + sum(64 + len(name) for name in nodes)
+            self._compared.keep(reply, (what, status, list(nodes), key), size)
         return key
 
     def extras(self, verdict: semantics.Verdict | None) -> dict | None:

@@ -1,5 +1,5 @@
 """Names read out of NodeLists seen before: taken from memory only for the very same bytes,
-handed out as copies, and the memory bounded (protocol.RecentLists)."""
+handed out as copies, and the memory bounded (protocol.RecentBytes)."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ def body_with(pod_name: str, zone: str = "a") -> bytes:
 
 
 def test_a_node_list_read_before_gives_its_names_again_without_being_read_again(monkeypatch):
-    recent = protocol.RecentLists()
+    recent = protocol.RecentBytes()
     first = protocol.read_extender_args(body_with("web-0"), keep_items=False, recent=recent)
     fresh = protocol.read_extender_args(body_with("x"), keep_items=False).nodes
 
@@ -51,12 +51,12 @@ def test_a_bad_node_list_is_refused_as_without_the_memory():
     with pytest.raises(protocol.ProtocolError) as without:
         protocol.read_extender_args(body, keep_items=False)
     with pytest.raises(protocol.ProtocolError) as with_memory:
-        protocol.read_extender_args(body, keep_items=False, recent=protocol.RecentLists())
+        protocol.read_extender_args(body, keep_items=False, recent=protocol.RecentBytes())
     assert str(with_memory.value) == str(without.value)
 
 
 def test_the_memory_keeps_the_lists_used_last_within_its_count_and_bytes():
-    recent = protocol.RecentLists(keep=3, max_bytes=400)
+    recent = protocol.RecentBytes(keep=3, max_bytes=400)
     for name in (b"a", b"b", b"c"):
         recent.keep(name * 10, name, 100)
     assert recent.find(b"a" * 10) == b"a"  # used last now: b is the oldest
@@ -64,8 +64,18 @@ def test_the_memory_keeps_the_lists_used_last_within_its_count_and_bytes():
     assert recent.find(b"b" * 10) is None and recent.find(b"c" * 10) == b"c"
     recent.keep(b"e" * 10, b"e", 101)  # over a quarter of the bytes: not kept
     assert recent.find(b"e" * 10) is None
-    big = protocol.RecentLists(keep=10, max_bytes=400)
+    big = protocol.RecentBytes(keep=10, max_bytes=400)
     for name in (b"a", b"b", b"c", b"d", b"e"):
         big.keep(name * 10, name, 100)
     assert big.find(b"a" * 10) is None and big.find(b"b" * 10) == b"b"  # 400 bytes at most in all
     assert big.find(b"f" * 10) is None and big.find(b"b" * 9) is None
+
+
+def test_the_same_bytes_are_found_only_with_what_matches():
+    recent = protocol.RecentBytes(keep=3, max_bytes=400)
+    recent.keep(b"reply", ("backend-a", "key-a"), 10)
+    recent.keep(b"reply", ("backend-b", "key-b"), 10)
+    assert recent.find(b"reply", lambda made: made[0] == "backend-a") == ("backend-a", "key-a")
+    assert recent.find(b"reply", lambda made: made[0] == "backend-b") == ("backend-b", "key-b")
+    assert recent.find(b"reply", lambda made: made[0] == "backend-c") is None
+    assert recent.find(b"other", lambda made: True) is None
