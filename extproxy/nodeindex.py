@@ -104,10 +104,12 @@ class NodeSets:
         now = timezone.now()
         ids: dict[str, int] = {}
         for start in range(0, len(digests), CHUNK):
-            ids.update(NodeSet.objects.filter(digest__in=digests[start : start + CHUNK]).values_list("digest", "pk"))
-        existing = list(ids.values())
-        for start in range(0, len(existing), CHUNK):
-            NodeSet.objects.filter(pk__in=existing[start : start + CHUNK]).update(last_seen=now)
+            # Refreshed before their ids are read: a set this transaction refreshed is one a
+            # retention pass elsewhere leaves (it skips rows locked and checks last_seen again);
+            # one it deleted first is not found here, and is stored anew below.
+            chunk = digests[start : start + CHUNK]
+            NodeSet.objects.filter(digest__in=chunk).update(last_seen=now)
+            ids.update(NodeSet.objects.filter(digest__in=chunk).values_list("digest", "pk"))
         q = connection.ops.quote_name
         sets, entries = q(NodeSet._meta.db_table), q(NodeSetEntry._meta.db_table)
         insert_set = (f"INSERT INTO {sets} (digest, size, last_seen) VALUES (%s, %s, %s) "

@@ -420,6 +420,15 @@ def test_it_keeps_stored_segments_for_reuse_as_many_as_its_setting_says(transact
     assert len(segments(directory)) == 1 and len(free_files(directory)) == kept  # the last one stays
 
 
+def record_and_drain(tmp_path, drainer: Drainer, trace: Trace) -> None:
+    """One call through a serving side's spool, then `drainer` until the spool is empty."""
+    recorder = spool_recorder(tmp_path)
+    recorder.start()
+    recorder.submit(trace)
+    assert recorder.flush(20) and recorder.stop()
+    drainer.run(until_idle=True)
+
+
 def test_nodes_retention_deleted_are_kept_again_when_a_later_call_refers_to_them(transactional_db, tmp_path):
     from datetime import timedelta
 
@@ -432,24 +441,154 @@ def test_nodes_retention_deleted_are_kept_again_when_a_later_call_refers_to_them
     old = time.time() - 10 * 86400
     drainer = Drainer(tmp_path / "spool", RecordingConfig(), NO_SECRETS, retention=RetentionConfig(max_age_seconds=7 * 86400))
 
-    def record(trace: Trace) -> None:
-        recorder = spool_recorder(tmp_path)
-        recorder.start()
-        recorder.submit(trace)
-        assert recorder.flush(20) and recorder.stop()
-        drainer.run(until_idle=True)
-
-    record(make_trace(body=body, response=reply, started_at=old, finished_at=old + 1, node_cache_capable=False))
+    first = make_trace(body=body, response=reply, started_at=old, finished_at=old + 1, node_cache_capable=False)
+    record_and_drain(tmp_path, drainer, first)
     assert NodeObject.objects.count() == 5
     NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))  # unused since that call
     drainer._next_prune = 0.0
     drainer._maybe_prune()  # the call is past its age, and so are its nodes
     assert Call.objects.count() == 0 and NodeObject.objects.count() == 0
 
-    record(make_trace(body=body, response=reply, node_cache_capable=False))  # the same Nodes again
+    again = make_trace(body=body, response=reply, node_cache_capable=False)  # the same Nodes
+    record_and_drain(tmp_path, drainer, again)
     drainer.close()
 
     call = Call.objects.get()
     kept = dict(NodeObject.objects.values_list("sha256", "data"))
     assert len(kept) == 5
     assert restore_body(call.request_body, lambda shas: {s: decompress(kept[s]) for s in shas}) == body
+
+
+def test_nodes_a_prune_elsewhere_deleted_are_stored_again_when_the_recorder_refers_to_them(transactional_db, tmp_path):
+    """Another replica's recorder, or `manage.py prune`, deletes Node objects this recorder
+    still remembers: the next call that refers to them stores them again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from extproxy.config import RetentionConfig
+    from extproxy.recording.retention import prune
+
+    body = fixture_bytes("filter-request.nodecache-false.json")
+    reply = fixture_bytes("filter-result.nodecache-false.json")
+    old = time.time() - 10 * 86400
+    drainer = Drainer(tmp_path / "spool", RecordingConfig(), NO_SECRETS)  # no retention of its own
+
+    first = make_trace(body=body, response=reply, started_at=old, finished_at=old + 1, node_cache_capable=False)
+    record_and_drain(tmp_path, drainer, first)
+    NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))
+    assert prune(RetentionConfig(max_age_seconds=7 * 86400)).nodes == 5  # not the recorder's pass
+    assert Call.objects.count() == 0 and NodeObject.objects.count() == 0
+
+    for _ in range(2):
+        record_and_drain(tmp_path, drainer, make_trace(body=body, response=reply, node_cache_capable=False))
+    drainer.close()
+
+    assert drainer.writer.nodes_stored_again == 5
+    assert read_recorder_counters(tmp_path / "spool")["nodes_stored_again"] == 5  # /metrics reads these
+    kept = dict(NodeObject.objects.values_list("sha256", "data"))
+    assert len(kept) == 5
+    for call in Call.objects.all():
+        assert restore_body(call.request_body, lambda shas: {s: decompress(kept[s]) for s in shas}) == body
+        assert restore_body(call.response_body, lambda shas: {s: decompress(kept[s]) for s in shas}) == reply
+
+
+def test_nodes_stored_before_a_restart_are_refreshed_when_carried_again(transactional_db):
+    """A recorder that does not remember a Node object stores it as new; one stored long ago is
+    then refreshed, so that retention keeps it while the new call refers to it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from extproxy.config import RetentionConfig
+    from extproxy.recording.retention import prune
+    from extproxy.recording.writer import BatchWriter
+
+    body = fixture_bytes("filter-request.nodecache-false.json")
+    old = time.time() - 10 * 86400
+    BatchWriter(NO_SECRETS).write([make_trace(body=body, started_at=old, finished_at=old + 1, node_cache_capable=False)])
+    NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))
+
+    BatchWriter(NO_SECRETS).write([make_trace(body=body, node_cache_capable=False)])  # after a restart
+    assert NodeObject.objects.filter(last_seen__gt=timezone.now() - timedelta(minutes=1)).count() == 5
+
+    assert prune(RetentionConfig(max_age_seconds=7 * 86400)).calls == 1
+    kept = dict(NodeObject.objects.values_list("sha256", "data"))
+    assert len(kept) == 5
+    assert restore_body(Call.objects.get().request_body, lambda shas: {s: decompress(kept[s]) for s in shas}) == body
+
+
+def test_nodes_touched_in_a_batch_that_failed_are_touched_again_when_it_is_stored(transactional_db, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    import extproxy.recording.writer as writer_module
+    from extproxy.recording.writer import BatchWriter
+
+    body = fixture_bytes("filter-request.nodecache-false.json")
+    writer = BatchWriter(NO_SECRETS)
+    writer.write([make_trace(body=body, node_cache_capable=False)])
+    NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))
+
+    batch = writer.build([make_trace(body=body, node_cache_capable=False)])  # the same Nodes, from memory
+    real = writer_module.insert_rows
+
+    def fails_once(*args, **kwargs):
+        monkeypatch.setattr(writer_module, "insert_rows", real)
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(writer_module, "insert_rows", fails_once)
+    with pytest.raises(RuntimeError):
+        writer.store(*batch)  # rolled back: the nodes' last_seen too
+    assert not NodeObject.objects.filter(last_seen__gt=timezone.now() - timedelta(minutes=1)).exists()
+    writer.store(*batch)
+    assert Call.objects.count() == 2
+    assert NodeObject.objects.filter(last_seen__gt=timezone.now() - timedelta(minutes=1)).count() == 5
+
+
+def test_a_prune_leaves_the_rows_a_recorder_is_refreshing(transactional_db):
+    """PostgreSQL: a retention pass skips the Node objects and node sets that a recorder's open
+    transaction is refreshing (to refer to them), instead of waiting for it and deleting them."""
+    import threading
+    from datetime import timedelta
+
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from extproxy.config import RetentionConfig
+    from extproxy.models import NodeSet
+    from extproxy.recording.retention import prune
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's; SQLite lets one writer in at a time (run by CI on PostgreSQL)")
+    long_ago = timezone.now() - timedelta(days=10)
+    for sha in ("a", "b", "c"):
+        NodeObject.objects.create(sha256=sha, name=sha, data=b"")
+        NodeSet.objects.create(digest=sha, size=0, last_seen=long_ago)
+    NodeObject.objects.update(last_seen=long_ago)
+    refreshing, done = threading.Event(), threading.Event()
+    waited_out: list[bool] = []
+
+    def recorder() -> None:
+        try:
+            with transaction.atomic():
+                NodeObject.objects.filter(sha256="a").update(last_seen=timezone.now())
+                NodeSet.objects.filter(digest="a").update(last_seen=timezone.now())
+                refreshing.set()
+                waited_out.append(not done.wait(30))  # the prune returned while this was open
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=recorder)
+    thread.start()
+    assert refreshing.wait(10)
+    try:
+        result = prune(RetentionConfig(max_age_seconds=7 * 86400))
+    finally:
+        done.set()
+        thread.join()
+    assert waited_out == [False]  # the prune did not wait for the recorder's transaction
+    assert (result.nodes, result.node_sets) == (2, 2)
+    assert list(NodeObject.objects.values_list("sha256", flat=True)) == ["a"]
+    assert list(NodeSet.objects.values_list("digest", flat=True)) == ["a"]

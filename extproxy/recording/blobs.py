@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import msgspec
 
@@ -292,6 +292,19 @@ def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> by
                     redact_object(pod, rules)
         out[victims_key] = victims
     return COMPACT_MARK + msgspec.json.encode(out)
+
+
+def nodes_carried(bodies: Iterable[bytes], rules: RedactionConfig) -> dict[str, tuple[str, bytes]]:
+    """Every Node object `bodies` carry, keyed and kept as a NodeDeduper that had seen none of
+    them would key and keep them (name, bytes to store). A body that cannot be cut is passed
+    over: it was stored as received and refers to no Node object."""
+    fresh = NodeDeduper(rules)
+    for body in bodies:
+        try:
+            compact_body(bytes(body), rules, fresh)
+        except Exception:  # the recorder stored such a body raw: nothing of it is wanted here
+            continue
+    return fresh.take_batch()[0]
 
 
 def restore(stored: bytes, load_nodes: Callable[[list[str]], dict[str, bytes]]) -> bodyformat.Restored:

@@ -3,10 +3,12 @@ while the store is above `maxBytes` (each deletion noted as a gap, see extproxy/
 then the Node objects no kept call can refer to (and the node index's sets none does), and audit events past `auditMaxAge`.
 
 A Node object's `last_seen` is refreshed at most every TOUCH_EVERY seconds while calls carry
-it (writer.py), so every node a kept call refers to has last_seen >= (that call's time -
-TOUCH_EVERY). Nodes older than the oldest kept call by more than that are safe to delete.
-Deletes go in chunks so that a large backlog never holds the database's write lock for long.
-Safe to run from several replicas at once. Runs in the recorder process (every PRUNE_EVERY)
+it, and when a recorder that did not remember it stores it again (writer.py), so every node a
+kept call refers to has last_seen >= (that call's time - TOUCH_EVERY). Nodes older than the
+oldest kept call by more than that are safe to delete. A recorder that still remembers one
+deleted here finds it gone when it next refreshes it, and stores it again. Deletes go in
+chunks so that a large backlog never holds the database's write lock for long, and pass over
+rows a recorder is refreshing. Safe to run from several replicas at once. Runs in the recorder process (every PRUNE_EVERY)
 and from `manage.py prune`; must not run on the hot path.
 """
 from __future__ import annotations
@@ -60,11 +62,23 @@ def prune(retention: RetentionConfig, now: datetime | None = None) -> Pruned:
 
 
 def _delete_chunks(queryset) -> int:
+    """Delete the rows `queryset` selects, CHUNK in a transaction; the number deleted.
+
+    A recorder elsewhere (another replica's, or this one's while `manage.py prune` runs) may be
+    refreshing the last_seen of a row that matches here, in order to refer to it. On PostgreSQL
+    each chunk is locked as it is selected, passing over rows such an open transaction holds
+    (waiting for it would only delete what it refreshed), and no recorder can refresh a locked
+    row until the chunk is gone; SQLite lets one writer in at a time. The delete repeats the
+    conditions all the same, so a row that no longer matches is never deleted.
+    """
     total = 0
+    label = queryset.model._meta.label
     while True:
-        keys = list(queryset.values_list("pk", flat=True)[:CHUNK])
-        if not keys:
-            return total
         with transaction.atomic():
-            queryset.model.objects.filter(pk__in=keys).delete()
-        total += len(keys)
+            keys = list(queryset.select_for_update(skip_locked=True).values_list("pk", flat=True)[:CHUNK])
+            if not keys:
+                return total
+            deleted = queryset.filter(pk__in=keys).delete()[1].get(label, 0)
+        total += deleted
+        if not deleted:  # none of what was locked went: stop rather than select it again and again
+            return total

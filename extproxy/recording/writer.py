@@ -23,7 +23,7 @@ from ..config import RecordingConfig, RedactionConfig, RetentionConfig
 from ..gaps import note_drops
 from ..nodeindex import NodeSets
 from .attempts import AttemptTracker
-from .blobs import NodeDeduper, compress
+from .blobs import NodeDeduper, compress, nodes_carried
 from .bulk import insert_rows
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
@@ -48,6 +48,8 @@ class BatchWriter:
         self._touched: OrderedDict[str, float] = OrderedDict()
         self.raw = 0  # raw records stored: counted when stored, so a batch read again is not counted twice
         self._raw_ids: set[str] = set()  # call ids of the batch being built that are raw records
+        self._traces: list[Trace] = []  # the batch being built: its bodies hold its Node objects
+        self.nodes_stored_again = 0  # Node objects deleted elsewhere while remembered here, stored again
 
     def build(self, traces: list[Trace]) -> tuple[list[Built], list, set[str]]:
         """The unsaved rows of a batch: (call, children) pairs, new Node objects, nodes used."""
@@ -62,6 +64,7 @@ class BatchWriter:
             built.append(rows)
         fresh, used = self.nodes.take_batch()
         new_nodes = [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()]
+        self._traces = traces
         return built, new_nodes, used - fresh.keys()
 
     def store(self, built: list[Built], new_nodes: list, used: Collection[str] = (),
@@ -76,9 +79,12 @@ class BatchWriter:
         from ..models import BackendCall, Call, NodeObject
 
         with transaction.atomic():
-            if new_nodes:
-                NodeObject.objects.bulk_create(new_nodes, ignore_conflicts=True, batch_size=500)
-            self._touch_nodes(used)
+            if new_nodes:  # one already stored (before a restart, say) is refreshed as if touched
+                NodeObject.objects.bulk_create(new_nodes, update_conflicts=True, unique_fields=["sha256"],
+                                               update_fields=["last_seen"], batch_size=500)
+            gone = self._touch_nodes(used)
+            if gone:
+                self._store_again(gone)
             fresh = self._not_stored_yet(built)
             calls = [call for call, _ in fresh]
             self.node_sets.assign(calls)
@@ -110,21 +116,60 @@ class BatchWriter:
                 fresh.append((call, kids))
         return fresh
 
-    def _touch_nodes(self, used: Collection[str]) -> None:
-        """Refresh last_seen of nodes still in use, each at most every TOUCH_EVERY seconds."""
+    def _touch_nodes(self, used: Collection[str]) -> list[str]:
+        """Refresh last_seen of nodes still in use, each at most every TOUCH_EVERY seconds.
+
+        Returns those found gone: deleted by a retention pass this writer did not run (another
+        replica's recorder, `manage.py prune`) while it still remembered them. A node it touched
+        within TOUCH_EVERY cannot be one (retention keeps nodes seen within twice that).
+        """
+        from django.db import transaction
         from django.utils import timezone as dj_timezone
 
         from ..models import NodeObject
 
         now = time.monotonic()
         stale = [sha for sha in used if now - self._touched.get(sha, -TOUCH_EVERY) >= TOUCH_EVERY]
+        gone: list[str] = []
         for start in range(0, len(stale), 500):
-            NodeObject.objects.filter(sha256__in=stale[start : start + 500]).update(last_seen=dj_timezone.now())
-        for sha in stale:
-            self._touched[sha] = now
+            chunk = stale[start : start + 500]
+            if NodeObject.objects.filter(sha256__in=chunk).update(last_seen=dj_timezone.now()) < len(chunk):
+                found = set(NodeObject.objects.filter(sha256__in=chunk).values_list("sha256", flat=True))
+                gone += [sha for sha in chunk if sha not in found]
+        if stale:  # only once stored: a batch stored again after a failure touches them again
+            transaction.on_commit(lambda: self._remember_touched(stale, now))
+        return gone
+
+    def _remember_touched(self, shas: list[str], when: float) -> None:
+        for sha in shas:
+            self._touched[sha] = when
             self._touched.move_to_end(sha)
         while len(self._touched) > 200_000:
             self._touched.popitem(last=False)
+
+    def _store_again(self, gone: list[str]) -> None:
+        """Store again the Node objects of this batch that a retention pass elsewhere deleted.
+
+        Their bytes are in the batch's bodies: cut afresh, they give the same keys. Others this
+        writer remembers may be gone too; each is found so when a later batch refers to it (not
+        touched within TOUCH_EVERY, so touched then).
+        """
+        from django.db import transaction
+
+        from ..models import NodeObject
+
+        bodies = [body for trace in self._traces for part in (trace, *trace.backend_calls)
+                  for body in (part.request_body, part.response_body)]
+        carried = nodes_carried(bodies, self.redaction)
+        again = [NodeObject(sha256=sha, name=carried[sha][0], data=compress(carried[sha][1]))
+                 for sha in gone if sha in carried]
+        NodeObject.objects.bulk_create(again, ignore_conflicts=True, batch_size=500)
+        transaction.on_commit(lambda: setattr(self, "nodes_stored_again", self.nodes_stored_again + len(again)))
+        log.warning("recorder: %d Node object(s) this batch refers to had been deleted by a retention pass "
+                    "elsewhere; stored again", len(again))
+        if len(again) < len(gone):  # cannot happen unless cutting a body differs from the first time
+            log.error("recorder: %d Node object(s) this batch refers to are gone and not in its bodies; "
+                      "their calls will show them as no longer stored", len(gone) - len(again))
 
     def write(self, traces: list[Trace]) -> list[dict[str, Any]]:
         """Build and store at once (tools and tests that hold traces in hand)."""
@@ -139,13 +184,15 @@ class Counters:
     raw: int = 0
     batches: int = 0
     write_errors: int = 0
+    nodes_stored_again: int = 0  # BatchWriter.nodes_stored_again
     dropped: dict[str, int] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)  # "backend verb outcome" -> count
 
     def as_json(self) -> dict[str, Any]:
         return {
             "pid": os.getpid(), "updated_at": time.time(), "written": self.written, "raw": self.raw,
-            "batches": self.batches, "write_errors": self.write_errors, "dropped": self.dropped, "calls": self.calls,
+            "batches": self.batches, "write_errors": self.write_errors, "nodes_stored_again": self.nodes_stored_again,
+            "dropped": self.dropped, "calls": self.calls,
         }
 
 
@@ -210,6 +257,7 @@ class Drainer:
         if summaries is None:  # stopped while the database was down: it stays in the spool
             self.reader.rewind()
             return 0
+        self.counters.nodes_stored_again = self.writer.nodes_stored_again  # saved with the counts below
         # Counters are saved before the cursor moves, so whoever sees the spool empty also sees
         # the written count that emptied it. If the process dies between the two, the next one
         # reads the batch again and counts (written, raw) only what it newly stores.
