@@ -214,15 +214,38 @@ def test_the_body_cache_keeps_at_most_its_bound():
     assert 0 < len(nodes.stored) < 50
 
 
-def test_a_body_larger_than_the_limit_is_not_remembered(monkeypatch):
+def test_a_body_larger_than_the_limit_is_remembered_by_its_bytes_with_its_nodes(monkeypatch):
     from extproxy.recording import blobs
 
     monkeypatch.setattr(blobs, "STORED_BODY_MAX", 100)
-    body = fixture_bytes("filter-request.nodecache-true.json")
+    body = _with_pod_name(fixture_bytes("filter-request.nodecache-false.json"), "web-0")
     nodes = NodeDeduper(RedactionConfig())
+
+    def cut() -> int:  # bodies cut apart so far: each has its Pod redacted once
+        return nodes.redact_field.misses + nodes.redact_field.hits
+
+    first = nodes.stored_body(body)
+    first_new, first_used = nodes.take_batch()
+    refs = nodes.refs
+    assert nodes.stored_body(bytes(body)) == first and cut() == 1  # the same bytes: not cut again
+    again_new, again_used = nodes.take_batch()
+    assert not again_new and again_used == first_used == set(first_new) and nodes.refs == refs + 5
+    assert not len(nodes.stored)  # not by its SHA-256: it refers to Node objects
+
+    others = [_with_pod_name(body, f"pod-{i}") for i in range(blobs.LARGE_BODIES)]
+    for other in others:
+        nodes.stored_body(other)
+    assert cut() == 1 + len(others)
+    nodes.stored_body(others[-1])
+    assert cut() == 1 + len(others)
+    nodes.stored_body(body)  # the oldest of five: out of memory
+    assert cut() == 2 + len(others)
+
+    nodes.forget_nodes()  # retention deleted Node objects: what refers to them is forgotten
+    nodes.take_batch()
     nodes.stored_body(body)
-    nodes.stored_body(body)
-    assert not len(nodes.stored) and nodes.redact_field.misses + nodes.redact_field.hits == 2
+    assert cut() == 3 + len(others) and len(nodes.take_batch()[0]) == 5
+    assert restore(first, lambda shas: {s: first_new[s][1] for s in shas}).body.replace(REDACTED, SECRET) == body
 
 
 SECRET = json.dumps(json.loads(fixture_bytes("filter-request.nodecache-false.json"))["Pod"]["spec"]["containers"][0]

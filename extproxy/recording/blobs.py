@@ -64,7 +64,9 @@ class _NamedObject(msgspec.Struct):
 
 REDACTION_CACHE_BYTES = 32 << 20  # redacted Pods remembered, by their size (+ key and marks)
 STORED_BODY_CACHE_BYTES = 16 << 20  # stored forms of whole bodies remembered (NodeDeduper.stored_body)
-STORED_BODY_MAX = 64 << 10  # a body larger than this is not remembered (full-object bodies: Node references)
+STORED_BODY_MAX = 64 << 10  # a body larger than this is remembered by its bytes, among LARGE_BODIES
+LARGE_BODIES = 4  # the large bodies stored last, remembered (with their Node references) by their bytes,
+LARGE_BODY_BYTES = 64 << 20  # of this many bytes in all (so 16 MiB each at most, RecentBytes' quarter)
 
 
 class BytesBoundedLRU:
@@ -150,6 +152,7 @@ class NodeDeduper:
         # The node names of the requests' NodeLists read last: full-object requests send the same
         # list again and again, and reading 1,000 names out of it took 1.4 ms (rows.read_request).
         self.request_lists = RecentBytes(keep=4, max_bytes=32 << 20)
+        self.large_bodies = RecentBytes(LARGE_BODIES, LARGE_BODY_BYTES)  # body -> (stored form, Node keys)
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
             redaction_cache_bytes,
@@ -181,6 +184,7 @@ class NodeDeduper:
         self._canonical.clear()
         self._exact.clear()
         self.lists = bodyformat.SplicedLists(self._found_again)
+        self.large_bodies = RecentBytes(LARGE_BODIES, LARGE_BODY_BYTES)
 
     def _found_again(self, keys: list[str]) -> None:
         """A NodeList spliced before came again: its Nodes are referred to as add_exact would."""
@@ -222,16 +226,19 @@ class NodeDeduper:
         return sha, []
 
     def stored_body(self, body: bytes) -> bytes:
-        """compress(compact_body(body)): the form a body is stored in, remembered by the body's
-        SHA-256 when it refers to no Node object (those must be marked used by every call).
+        """compress(compact_body(body)): the form a body is stored in, remembered.
 
         The same request bytes arrive again and again: filter and prioritize send one
         ExtenderArgs body, and a Pending Pod's every retry sends it once more. Decoding,
-        splicing and compressing it was a third of a names-mode call's recording. Bounded by
-        `stored_body_bytes` (least recently used out first).
+        splicing and compressing it was a third of a names-mode call's recording. A body up to
+        STORED_BODY_MAX is remembered by its SHA-256 when it refers to no Node object (bounded by
+        `stored_body_bytes`, least recently used out first). A larger one, whatever it refers
+        to, among the last few by its bytes: a full-object reply passes on the same list of Node
+        objects call after call, and comparing 3 MB costs a tenth of reading its envelope again;
+        the Node objects of a body found again are marked in use as cutting it would.
         """
         if len(body) > STORED_BODY_MAX:
-            return compress(compact_body(body, self.rules, self))
+            return self._stored_large(body)
         key = hashlib.sha256(body).digest()
         found, blob = self.stored.get(key)
         if found:
@@ -240,6 +247,19 @@ class NodeDeduper:
         blob = compress(compact_body(body, self.rules, self))
         if self.refs == refs:
             self.stored.put(key, blob, len(blob) + 96)
+        return blob
+
+    def _stored_large(self, body: bytes) -> bytes:
+        known = self.large_bodies.find(body)
+        if known is not None:
+            blob, keys = known
+            self._found_again(keys)
+            return blob
+        form = compact_body(body, self.rules, self)
+        blob = compress(form)
+        if form[:1] == bodyformat.SPLICED_MARK:  # the other forms are rare: not remembered
+            keys = [piece for piece in msgspec.msgpack.decode(form[1:])[0] if isinstance(piece, str)]
+            self.large_bodies.keep(body, (blob, keys), len(body) + len(blob) + sum(64 + len(k) for k in keys))
         return blob
 
     def take_batch(self) -> tuple[dict[str, tuple[str, bytes]], set[str]]:

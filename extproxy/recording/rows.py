@@ -172,8 +172,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         verdict = judge_reply(trace, ident)
         outcome, error, findings, decisions = _outcome(trace, verdict)
         extras = VERDICTS.extras(verdict)  # same verdict: same reply bytes, node names, backend
-        response_blob = _remembered(extras, ("reply", rules), nodes,
-                                    lambda: compress(compact_body(trace.response_body, rules, nodes)))
+        response_blob = _remembered(extras, ("reply", rules), nodes, lambda: _stored(trace.response_body, rules, nodes))
         children = []
         for child in trace.backend_calls:
             kid, c_decisions = _backend_call(child, rules, nodes, stage)
