@@ -152,7 +152,7 @@ class NodeDeduper:
         # The node names of the requests' NodeLists read last: full-object requests send the same
         # list again and again, and reading 1,000 names out of it took 1.4 ms (rows.read_request).
         self.request_lists = RecentBytes(keep=4, max_bytes=32 << 20)
-        self.large_bodies = RecentBytes(LARGE_BODIES, LARGE_BODY_BYTES)  # body -> (stored form, Node keys)
+        self.large_bodies = RecentBytes(LARGE_BODIES, LARGE_BODY_BYTES)  # body -> [blob, form, Node keys]
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
             redaction_cache_bytes,
@@ -252,14 +252,16 @@ class NodeDeduper:
     def _stored_large(self, body: bytes) -> bytes:
         known = self.large_bodies.find(body)
         if known is not None:
-            blob, keys = known
-            self._found_again(keys)
-            return blob
+            if known[2] is None:  # its Node keys, read out of the form when first found again
+                known[2] = [piece for piece in msgspec.msgpack.decode(known[1][1:])[0] if piece.__class__ is str]
+            self._found_again(known[2])
+            return known[0]
         form = compact_body(body, self.rules, self)
         blob = compress(form)
         if form[:1] == bodyformat.SPLICED_MARK:  # the other forms are rare: not remembered
-            keys = [piece for piece in msgspec.msgpack.decode(form[1:])[0] if isinstance(piece, str)]
-            self.large_bodies.keep(body, (blob, keys), len(body) + len(blob) + sum(64 + len(k) for k in keys))
+            # Most large bodies (a full-object request: every Pod's own) never come again: the
+            # keys are not read out of the form until one does.
+            self.large_bodies.keep(body, [blob, form, None], len(body) + len(blob) + 2 * len(form))
         return blob
 
     def take_batch(self) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
