@@ -20,9 +20,10 @@ from typing import Any, Callable
 
 import msgspec
 
-from .protocol import RecentBytes, go_key
+from .protocol import RecentBytes, go_key, object_keys
 
 SPLICED_MARK = b"S"
+SPECIAL = ("Pod", "Nodes", "NodeNameToVictims")  # the fields whose values are redacted or cut into Node objects
 
 Redactor = Callable[[str, bytes], "tuple[bytes, list[str]] | None"]
 """Redacts the JSON of one field ("Pod", "NodeNameToVictims"): None when nothing needs
@@ -45,7 +46,16 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedL
         envelope = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
     except msgspec.DecodeError:
         return None
-    special = {k: name for name in ("Pod", "Nodes", "NodeNameToVictims") if (k := go_key(envelope, name))}
+    special: dict[str, str] = {}
+    keys = object_keys(body, envelope)
+    for name in SPECIAL:
+        given = [key for key in keys if go_key((key,), name)]
+        if len(given) > 1:
+            # Go reads the last; an earlier one would be kept among the literal bytes, unredacted.
+            # The older form keeps only the one Go reads.
+            return None
+        if given:
+            special[given[0]] = name
     pieces: list[bytes | str] = []
     originals: list[bytes] = []  # the bytes each piece stands for in `body`, for the check
     marks: list[str] = []

@@ -118,6 +118,27 @@ def test_it_stores_a_pod_with_args_annotations_and_labels_redacted(backend_serve
     assert b"hunter2" in backend.received[0][1]  # the backend itself got the pod as it was
 
 
+
+@pytest.mark.parametrize("first_key", ["Pod", "pod"])
+def test_a_pod_given_twice_is_not_stored_unredacted(first_key, backend_server, proxy, write_config, admin_client):
+    """Go reads the last of a repeated field (in any case); the one before it must not reach
+    the store as it came, secrets and all."""
+    from extproxy.models import Call
+    from extproxy.recorder import decompress
+
+    backend = backend_server({"filter": pass_all})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+    request = json.loads(secret_pod_request())
+    compact = json.dumps(request, separators=(",", ":")).encode()  # {"Pod":...,"NodeNames":[...]}
+    body = b'{"' + first_key.encode() + b'":' + json.dumps(request["Pod"]).encode() + b"," + compact[1:]
+
+    assert post(server, "/extender/gpu/filter", body).status_code == 200
+    only_call(admin_client, server)
+
+    stored = decompress(bytes(Call.objects.get().request_body))
+    assert b"hunter2" not in stored
+    assert b"hunter2" in backend.received[0][1]
+
 def test_it_redacts_a_backends_error_body_before_storing_and_streaming(backend_server, proxy, write_config, admin_client):
     from extproxy.models import Call
 

@@ -373,6 +373,19 @@ def _top(body: _Buf, gotype: str, fields: _Fields) -> list[tuple[str, _Buf]]:
     return struct_pairs or []
 
 
+def object_keys(body: bytes, decoded: dict) -> list[str]:
+    """The keys of the JSON object ``body`` in document order, a repeated key as often as it
+    comes, given the object's ``dict[str, Raw]`` decoding (which keeps only the last of a
+    repeated key). For Go's compact output the pairs' lengths add up to the body's and nothing
+    more is read; otherwise (whitespace, escapes, repeats) the object is scanned exactly.
+    """
+    view = memoryview(body).cast("B") if not isinstance(body, memoryview) else body
+    start, end = _skip_ws(view, 0), len(view)
+    while end > start and view[end - 1] in _WS:
+        end -= 1
+    return [k for k, _ in _pairs(view[start:end], decoded)]
+
+
 def envelope_keys(body: bytes) -> list[str]:
     """Top-level keys of an object body as sent (any spelling); [] when not an object/undecodable.
 

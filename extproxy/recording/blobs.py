@@ -292,6 +292,11 @@ def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> by
     except msgspec.DecodeError:
         return RAW_MARK + body
     out: dict[str, Any] = dict(envelope)
+    for name in bodyformat.SPECIAL:  # another spelling of a field Go reads once: not kept (it could hold secrets)
+        read = go_key(envelope, name)
+        for key in envelope:
+            if key != read and go_key((key,), name):
+                del out[key]
     pod_key = go_key(envelope, "Pod")
     if pod_key is not None:
         out[pod_key] = redact_object(msgspec.json.decode(envelope[pod_key]), rules)

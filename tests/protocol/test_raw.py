@@ -129,3 +129,16 @@ def test_it_lists_envelope_keys_as_sent():
     assert p.envelope_keys(b'{"a":1,"A":2,"a":3}') == ["a", "A", "a"]
     assert p.envelope_keys(b"[]") == []
     assert p.envelope_keys(b"") == []
+
+
+@pytest.mark.parametrize("body, expected", [
+    (b'{"Pod":{"a":1},"NodeNames":["n"]}', ["Pod", "NodeNames"]),  # Go's compact output: no scan
+    (b'{"Pod":{},"pod":{},"Pod":[1]}', ["Pod", "pod", "Pod"]),  # a key repeated, in any case
+    (b' {\n  "Pod": {},\n  "Pod": null\n}\n', ["Pod", "Pod"]),  # whitespace around and inside
+    (b'{"\\u0050od":1,"Pod":2}', ["Pod", "Pod"]),  # an escaped spelling of the same key
+    (b"{}", []),
+])
+def test_it_lists_an_objects_keys_with_repeats_from_its_decoding(body, expected):
+    import msgspec
+
+    assert p.object_keys(body, msgspec.json.decode(body, type=dict[str, msgspec.Raw])) == expected
