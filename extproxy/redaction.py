@@ -10,7 +10,11 @@ What is redacted is set by `RedactionConfig`:
   kubectl's last-applied-configuration, which repeats the spec, env included);
 - free text (`redact_text`: error texts, including a backend's non-200 body): `name=value`,
   `"name": "value"`, env entries written as JSON, `Bearer`/`Token`/`Basic` credentials, and
-  passwords in URLs.
+  passwords in URLs;
+- bytes that cannot be read as JSON (`redact_raw`: a raw record's bodies, a backend's text
+  reply, a reply cut short): the free-text rules, and by pattern what the rules above find in a
+  decoded Pod: the values of listed annotation and label keys, every `"value"` string with
+  `envValues`, the argument after a secret flag.
 Function names here are stable: the recorder calls them. Works on decoded dicts in place; pure, no I/O.
 """
 from __future__ import annotations
@@ -89,6 +93,49 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
     if "://" in text:
         text = _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
     return text
+
+
+_ANY_VALUE = re.compile(r'("value"\s*:\s*")((?:[^"\\]|\\.)*)(")')
+_FLAG_THEN_VALUE = re.compile(r'"(-{1,2}[^"\\=\s]{1,256})"(\s*,\s*")((?:[^"\\]|\\.)*)(")')
+RAW_MARK_TEXT = "redacted by pattern: the body could not be read as JSON"
+
+
+@lru_cache(maxsize=32)
+def _listed_key(names: tuple[str, ...]) -> re.Pattern[str] | None:
+    if not names:
+        return None
+    keys = "|".join(re.escape(name) for name in names)
+    return re.compile(rf'("(?:{keys})"\s*:\s*")((?:[^"\\]|\\.)*)(")')
+
+
+def redact_raw(raw: bytes, rules: RedactionConfig) -> tuple[bytes, list[str]]:
+    """Bytes that could not be read as JSON, with what looks like a secret replaced, and a mark
+    when anything was (none when nothing was).
+
+    By pattern, so it errs towards redacting more than a decoded Pod would lose (every
+    `"value"` string with `envValues`, whatever holds it). Bytes that are not UTF-8 are kept as
+    they are around what is replaced.
+    """
+    if not needs_redaction(raw, rules):
+        return raw, []
+    text = raw.decode("utf-8", "surrogateescape")
+    out = text
+    listed = _listed_key(rules.drop_annotations + rules.redact_annotations + rules.redact_labels)
+    if listed is not None:
+        out = listed.sub(rf"\g<1>{REDACTED}\g<3>", out)
+    if rules.env_values:
+        out = _ANY_VALUE.sub(rf"\g<1>{REDACTED}\g<3>", out)
+    names = _names(rules.name_patterns)
+
+    def flag_value(m: re.Match[str]) -> str:  # ["--token", "x"]: the value is the next string
+        if names.search(m.group(1)):
+            return m.group(0)[: m.start(3) - m.start(0)] + REDACTED + m.group(4)
+        return m.group(0)
+
+    out = redact_text(_FLAG_THEN_VALUE.sub(flag_value, out), rules)
+    if out == text:
+        return raw, []
+    return out.encode("utf-8", "surrogateescape"), [RAW_MARK_TEXT]
 
 
 def redact_object(obj: Any, rules: RedactionConfig) -> Any:

@@ -248,7 +248,7 @@ def test_it_stores_a_raw_record_when_one_trace_cannot_be_built(transactional_db,
     assert recorder.writer.raw == 1
     broken = Call.objects.get(backend="broken")
     assert broken.outcome == "error" and broken.findings[0] == {"kind": "undecodable-reply", "detail": "KeyError: 'boom'"}
-    assert decompress(broken.request_body)[1:] == fixture_bytes("filter-request.nodecache-true.json")  # as received
+    assert_raw_but_redacted(broken.request_body, fixture_bytes("filter-request.nodecache-true.json"))
     assert broken.decisions() == [] and broken.pod_name == ""
     assert Call.objects.get(backend="gpu").outcome == "ok"
 
@@ -269,15 +269,40 @@ UNDECODABLE = {
 }
 
 
+def assert_raw_but_redacted(stored: bytes, body: bytes) -> None:
+    """`stored` is `body` as received but for values replaced by [redacted], and marked so: the
+    fixture's env value (`WARN`, redacted with envValues) among them where the body has it."""
+    from extproxy.recording.blobs import restore
+    from extproxy.redaction import RAW_MARK_TEXT
+
+    restored = restore(stored, lambda shas: {})
+    assert not restored.exact and restored.marks == [RAW_MARK_TEXT]
+    assert b"[redacted]" in restored.body and b'"WARN"' not in restored.body
+    at = 0
+    for kept in restored.body.split(b"[redacted]"):  # all else as received, in order
+        found = body.find(kept, at)
+        assert found >= at, kept[:80]
+        at = found + len(kept)
+
+
 @pytest.mark.parametrize("case", sorted(UNDECODABLE))
 def test_it_stores_undecodable_requests_raw_with_the_reason(case):
     body = UNDECODABLE[case]()
     assert body != fixture_bytes("filter-request.nodecache-true.json")
-    (call, kids), raw = build_or_raw(make_trace(body=body), RedactionConfig(), AttemptTracker(), NodeDeduper(RedactionConfig()))
+    (call, kids), raw = build_or_raw(make_trace(body=body), NO_SECRETS, AttemptTracker(), NodeDeduper(NO_SECRETS))
     assert raw and kids == []
     assert call.findings[0]["kind"] == "undecodable-request" and call.findings[0]["detail"]
     assert call.outcome == "error" and (call.pod_namespace, call.pod_name, call.pod_uid) == ("", "", "")
-    assert decompress(call.request_body) == b"R" + body  # bodies as received
+    assert decompress(call.request_body) == b"R" + body  # nothing here looks secret under these rules: as received
+
+
+@pytest.mark.parametrize("case", sorted(UNDECODABLE))
+def test_undecodable_requests_are_stored_with_what_looks_secret_redacted(case):
+    body = UNDECODABLE[case]()
+    rules = RedactionConfig()
+    (call, kids), raw = build_or_raw(make_trace(body=body), rules, AttemptTracker(), NodeDeduper(rules))
+    assert raw and call.findings[0]["kind"] == "undecodable-request"
+    assert_raw_but_redacted(call.request_body, body)
 
 
 def test_it_bounds_findings_and_error_texts(transactional_db):

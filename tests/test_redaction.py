@@ -12,7 +12,8 @@ from channels.layers import get_channel_layer
 
 from extproxy.config import RedactionConfig
 from extproxy.recording import LIVE_GROUP
-from extproxy.redaction import REDACTED, redact_args, redact_object, redact_text
+from extproxy.recording.blobs import restore
+from extproxy.redaction import RAW_MARK_TEXT, REDACTED, redact_args, redact_object, redact_raw, redact_text
 from tests.conftest import fixture_bytes, pass_all, reply
 from tests.test_per_backend import FILTER_NAMES, config_for, only_call, post
 
@@ -163,6 +164,8 @@ def test_it_redacts_a_backends_error_body_before_storing_and_streaming(backend_s
     assert call["outcome"] == "error" and "invalid pod" in call["error"] and "hunter2" not in call["error"]
     assert "hunter2" not in Call.objects.get().error
     assert published and all("hunter2" not in json.dumps(summary) for summary in published)
+    stored = restore(bytes(Call.objects.get().response_body), lambda shas: {})  # not JSON: redacted by pattern
+    assert b"invalid pod" in stored.body and b"hunter2" not in stored.body and not stored.exact
 
 
 @pytest.mark.parametrize(
@@ -189,3 +192,24 @@ def test_the_byte_test_finds_names_in_any_case(patterns, raw, expected):
 )
 def test_free_text_is_redacted_whichever_of_the_checks_lets_it_through(text):
     assert "hunter2" not in redact_text(text, RULES)
+
+
+RAW_POD = (b'{"Pod":{"metadata":{"name":"w\xffb","annotations":{"vault.example.com/token":"s.hunter2-a",'
+           b'"kubectl.kubernetes.io/last-applied-configuration":"{\\"env\\":\\"hunter2-l\\"}"}},'
+           b'"spec":{"containers":[{"env":[{"value":"hunter2-value-first","name":"HOST"},{"name":"API_TOKEN","value":"hunter2-j"}],'
+           b'"args":["--token","hunter2-next","--db-password=hunter2-eq","--epochs=40"]}]}},"NodeNames":["n1"]}')
+
+
+def test_bytes_that_are_not_json_are_redacted_by_pattern():
+    kept, marks = redact_raw(RAW_POD, RULES)
+    assert marks == [RAW_MARK_TEXT] and b"hunter2" not in kept
+    assert b'"name":"w\xffb"' in kept and b'"--epochs=40"' in kept and b'"name":"HOST"' in kept  # the rest as it came
+    assert kept.count(REDACTED.encode()) == 6
+
+
+def test_bytes_with_nothing_secret_are_kept_as_they_are():
+    plain = b'<html>502 Bad Gateway \xff</html>'
+    assert redact_raw(plain, RULES) == (plain, [])
+    env = b'{"Pod":{"spec":{"containers":[{"env":[{"name":"HOST","value":"db"}]}]}},"x":\xff}'
+    assert redact_raw(env, RedactionConfig(env_values=False)) == (env, [])  # a value kept unless envValues
+    assert redact_raw(env, RULES)[0].count(REDACTED.encode()) == 1

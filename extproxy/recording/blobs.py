@@ -1,8 +1,10 @@
 """Stored bodies: compression, the Node store's de-duplication, and restoring a stored body.
 
 A stored body is zlib(mark + data). Mark `R`: the bytes as received (not a JSON object, or not
-decodable). Mark `C`: a JSON object whose Pod is redacted and whose Node items are replaced by
-`{"$node": sha256}` references into `NodeObject`, each distinct Node stored once.
+decodable); mark `P`: the same with what looked like a secret replaced by pattern, and marks
+saying so (redaction.redact_raw). Mark `C`: a JSON object whose Pod is redacted and whose Node
+items are replaced by `{"$node": sha256}` references into `NodeObject`, each distinct Node
+stored once. Mark `S` (bodyformat): the spliced form, the usual one.
 Pure functions and one in-memory de-duplicator; must not touch the database (the writer stores
 what `NodeDeduper.take_batch` returns).
 """
@@ -18,7 +20,7 @@ import msgspec
 from .. import bodyformat
 from ..config import RedactionConfig
 from ..protocol import RecentBytes, go_key
-from ..redaction import needs_redaction, redact_object
+from ..redaction import needs_redaction, redact_object, redact_raw
 
 try:
     from isal.isal_zlib import compress as _compress
@@ -26,6 +28,7 @@ except ImportError:  # pragma: no cover - isal is in requirements.txt; zlib writ
     from zlib import compress as _compress
 
 RAW_MARK = b"R"  # body stored as received (not a JSON object, or undecodable)
+REDACTED_RAW_MARK = b"P"  # the same with what looked like a secret replaced: msgpack [bytes, marks]
 COMPACT_MARK = b"C"  # JSON object with Node items replaced by {"$node": sha256}
 
 
@@ -40,9 +43,18 @@ def decompress(data: bytes) -> bytes:
     return zlib.decompress(data) if data else b""
 
 
-def raw_blob(body: bytes) -> bytes:
-    """A body stored exactly as received."""
-    return compress(RAW_MARK + body)
+def raw_form(body: bytes, rules: RedactionConfig) -> bytes:
+    """The stored form of bytes not read as JSON: as received, or with what looked like a
+    secret replaced (redaction.redact_raw) and marked so."""
+    kept, marks = redact_raw(body, rules)
+    if not marks:
+        return RAW_MARK + body
+    return REDACTED_RAW_MARK + msgspec.msgpack.encode([kept, marks])
+
+
+def raw_blob(body: bytes, rules: RedactionConfig) -> bytes:
+    """A body stored as received but for secrets (a raw record's)."""
+    return compress(raw_form(body, rules))
 
 
 class _NodeListRaw(msgspec.Struct):
@@ -290,7 +302,7 @@ def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> by
     try:
         envelope = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
     except msgspec.DecodeError:
-        return RAW_MARK + body
+        return raw_form(body, rules)
     out: dict[str, Any] = dict(envelope)
     for name in bodyformat.SPECIAL:  # another spelling of a field Go reads once: not kept (it could hold secrets)
         read = go_key(envelope, name)
@@ -342,6 +354,9 @@ def restore(stored: bytes, load_nodes: Callable[[list[str]], dict[str, bytes]]) 
     if data.startswith(COMPACT_MARK):
         marks = ["stored in the canonical form: keys re-ordered and re-encoded"]
         return bodyformat.Restored(restore_body(stored, load_nodes), exact=False, marks=marks)
+    if data.startswith(REDACTED_RAW_MARK):
+        body, raw_marks = msgspec.msgpack.decode(data[1:])
+        return bodyformat.Restored(body, exact=False, marks=list(raw_marks))
     return bodyformat.Restored(data[1:], exact=True)
 
 
@@ -350,6 +365,8 @@ def restore_body(stored: bytes, load_nodes: Callable[[list[str]], dict[str, byte
     data = decompress(stored)
     if data.startswith(bodyformat.SPLICED_MARK):
         return bodyformat.restore(data[1:], load_nodes).body
+    if data.startswith(REDACTED_RAW_MARK):
+        return msgspec.msgpack.decode(data[1:])[0]
     if not data.startswith(COMPACT_MARK):
         return data[1:]
     envelope = msgspec.json.decode(data[1:])

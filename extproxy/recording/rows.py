@@ -276,10 +276,11 @@ def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stag
 
 
 def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built:
-    """The record of a call that could not be decoded: bodies as received, the reason kept.
+    """The record of a call that could not be decoded: bodies as received (but for what looks
+    like a secret: blobs.raw_blob), the reason kept.
 
     Outcome `error`, pod fields empty, no decisions (COMMON.md, "raw record"). Only plain
-    field copies and compression: this must not fail where build_call did.
+    field copies, pattern redaction and compression: this must not fail where build_call did.
     """
     from ..models import BackendCall, Call
 
@@ -295,8 +296,8 @@ def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built
         http_status=trace.status,
         error=redact_text(trace.transport_error or f"record not decodable: {why}", rules)[:MAX_ERROR_TEXT],
         findings=bounded_findings([finding] + list(trace.findings)),
-        request_body=raw_blob(bytes(trace.request_body)),
-        response_body=raw_blob(bytes(trace.response_body)),
+        request_body=raw_blob(bytes(trace.request_body), rules),
+        response_body=raw_blob(bytes(trace.response_body), rules),
         response_status=trace.answered_status,
         decisions_blob=compress(b"[]"),
     )
@@ -310,8 +311,8 @@ def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built
             http_status=c.status,
             error=redact_text(c.transport_error or "part of a call whose record could not be decoded", rules)[:MAX_ERROR_TEXT],
             findings=bounded_findings(list(c.findings)),
-            request_body=raw_blob(bytes(c.request_body)),
-            response_body=raw_blob(bytes(c.response_body)),
+            request_body=raw_blob(bytes(c.request_body), rules),
+            response_body=raw_blob(bytes(c.response_body), rules),
             decisions_blob=compress(b"[]"),
         )
         for c in trace.backend_calls
