@@ -26,7 +26,7 @@ def load_or_create(data_dir: Path) -> str:
     except FileNotFoundError:
         pass
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the key, the database, the spool
         fd, temp = tempfile.mkstemp(dir=data_dir, prefix=".secret_key.")
         try:
             with os.fdopen(fd, "w") as out:

@@ -128,7 +128,7 @@ def _database_from_url(url: str) -> dict:
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": _database_from_url(os.environ["DATABASE_URL"])}
 else:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    DATA_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)  # the database, the secret key
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",

@@ -37,6 +37,7 @@ def test_it_generates_a_secret_key_into_the_data_directory_once(tmp_path):
     assert key_hash(tmp_path / "a") == first  # read back on the next start
     key_file = tmp_path / "a" / "secret_key"
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700  # the database and the spool are in it too
     assert len(key_file.read_text().strip()) >= 50
     assert key_hash(tmp_path / "b") != first  # never a fixed key
     old_default = hashlib.sha256(b"extproxy-insecure-dev-key-set-EXTPROXY_SECRET_KEY").hexdigest()

@@ -243,3 +243,18 @@ def test_after_a_failed_write_it_goes_on_in_a_new_segment_and_the_part_written_i
     result = SpoolReader(tmp_path / "spool").read(10, 1 << 20)
     assert [e.payload for e in result.entries] == [b"before", b"after"] and result.torn == 0
     writer.close()
+
+
+def test_the_spool_is_for_its_own_user_only(tmp_path):
+    """It holds bodies before redaction: no other user may read them, whatever the umask."""
+    old = os.umask(0o022)
+    try:
+        writer = SpoolWriter(settings(tmp_path))
+        writer.append([b"a Pod with its secrets"])
+    finally:
+        os.umask(old)
+    files = [writer.directory / segment_name(first) for first in segments(writer.directory)]
+    modes = {path.name: path.stat().st_mode & 0o777 for path in [writer.root, writer.directory, *files]}
+    writer.close()
+    assert modes and all(mode & 0o077 == 0 for mode in modes.values()), modes
+    assert len(modes) == 3

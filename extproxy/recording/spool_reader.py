@@ -95,7 +95,7 @@ class SpoolReader:
     def __init__(self, root: Path, recycle: int = DEFAULT_RECYCLE) -> None:
         self.root = root
         self.recycle = recycle
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)  # bodies before redaction: see SpoolWriter
         fd = try_lock(root / "reader.lock")
         if fd is None:
             raise SpoolBusy(f"another recorder is draining {root}")

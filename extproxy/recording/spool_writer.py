@@ -80,7 +80,9 @@ class SpoolWriter:
     def __init__(self, settings: SpoolSettings, name: str = "serve") -> None:
         self.settings = settings
         self.root = settings.root
-        self.root.mkdir(parents=True, exist_ok=True)
+        # The spool holds the scheduler's bodies before redaction (Pod specs, secrets and all):
+        # for this user only, as the database's redacted copy need not be.
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock_fd, self.directory = self._claim(name)
         self.seq = self._resume(read_cursor(self.directory).seq)
         while (self.directory / segment_name(self.seq + 1)).exists():
@@ -100,7 +102,7 @@ class SpoolWriter:
         """This process's own directory: `name`, or `name-2`, ... when another writer holds it."""
         for n in range(1, 1000):
             directory = self.root / (name if n == 1 else f"{name}-{n}")
-            directory.mkdir(exist_ok=True)
+            directory.mkdir(exist_ok=True, mode=0o700)
             for _ in range(3):  # a reader's brief liveness probe may hold a shared lock
                 fd = try_lock(directory / "writer.lock")
                 if fd is not None:
@@ -197,7 +199,7 @@ class SpoolWriter:
         path = self.directory / segment_name(first_seq)
         seg = self._reuse(path, first_seq)
         if seg is None:
-            seg = _Segment(path, os.open(path, os.O_WRONLY | os.O_CREAT, 0o666), first_seq, recycled=False)
+            seg = _Segment(path, os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), first_seq, recycled=False)
         self._segment = seg
         if self.settings.fsync != "never":
             _fsync_dir(self.directory)
