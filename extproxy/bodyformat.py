@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from .protocol import RecentBytes, go_key, object_keys
+from .protocol import RecentBytes, go_key, object_keys, raw_object
 
 SPLICED_MARK = b"S"
 SPECIAL = ("Pod", "Nodes", "NodeNameToVictims")  # the fields whose values are redacted or cut into Node objects
@@ -43,7 +43,7 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedL
     `lists`, when given, remembers the NodeLists spliced last, so that the same list arriving
     again is not cut apart again (SplicedLists)."""
     try:
-        envelope = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+        envelope = raw_object(body)  # read once with the request's names when they were just read
     except msgspec.DecodeError:
         return None
     special: dict[str, str] = {}

@@ -142,3 +142,27 @@ def test_it_lists_an_objects_keys_with_repeats_from_its_decoding(body, expected)
     import msgspec
 
     assert p.object_keys(body, msgspec.json.decode(body, type=dict[str, msgspec.Raw])) == expected
+
+
+def test_the_same_bytes_object_read_twice_in_a_row_is_decoded_once(monkeypatch):
+    from extproxy.protocol import gojson
+
+    decoded: list[int] = []
+    real = gojson._raw_dict_decoder
+
+    class Counting:
+        def decode(self, body):
+            decoded.append(len(body))
+            return real.decode(body)
+
+    monkeypatch.setattr(gojson, "_raw_dict_decoder", Counting())
+    monkeypatch.setattr(gojson, "_last_object", None)
+    body = fx("filter-request.nodecache-false.json").strip()
+    names = p.read_extender_args(body, keep_items=False).nodes.names  # the recorder reads the names,
+    assert {"Pod", "Nodes"} <= p.raw_object(body).keys() and len(decoded) == 1  # then stores the body
+    assert names and p.raw_object(bytes(bytearray(body))) == p.raw_object(body)  # equal bytes, another object
+    assert len(decoded) == 3
+    view = bytearray(body)
+    p.raw_object(view)
+    view[view.index(b"Pod")] = ord("X")  # a mutable buffer may change: never taken from the slot
+    assert "Pod" not in p.raw_object(view) and len(decoded) == 5
