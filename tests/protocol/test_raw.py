@@ -147,15 +147,9 @@ def test_it_lists_an_objects_keys_with_repeats_from_its_decoding(body, expected)
 def test_the_same_bytes_object_read_twice_in_a_row_is_decoded_once(monkeypatch):
     from extproxy.protocol import gojson
 
-    decoded: list[int] = []
-    real = gojson._raw_dict_decoder
+    from tests.protocol.counting import count_decodes
 
-    class Counting:
-        def decode(self, body):
-            decoded.append(len(body))
-            return real.decode(body)
-
-    monkeypatch.setattr(gojson, "_raw_dict_decoder", Counting())
+    decoded = count_decodes(monkeypatch, gojson, "_raw_dict_decoder")
     monkeypatch.setattr(gojson, "_last_object", None)
     body = fx("filter-request.nodecache-false.json").strip()
     names = p.read_extender_args(body, keep_items=False).nodes.names  # the recorder reads the names,
