@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from .protocol import RecentBytes, go_key, object_keys, raw_object
+from .protocol import LastObject, RecentBytes, go_key, object_keys, raw_object
 
 SPLICED_MARK = b"S"
 SPECIAL = ("Pod", "Nodes", "NodeNameToVictims")  # the fields whose values are redacted or cut into Node objects
@@ -37,13 +37,15 @@ class _NodeListRaw(msgspec.Struct):
     items: list[msgspec.Raw] = []
 
 
-def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedLists | None" = None) -> bytes | None:
+def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedLists | None" = None,
+            last: LastObject | None = None) -> bytes | None:
     """The spliced stored form of `body`, or None when it cannot be made exact.
 
     `lists`, when given, remembers the NodeLists spliced last, so that the same list arriving
-    again is not cut apart again (SplicedLists)."""
+    again is not cut apart again (SplicedLists); `last`, the envelope of the bytes read last
+    (the recorder has just read a request's for its names: protocol.LastObject)."""
     try:
-        envelope = raw_object(body)  # read once with the request's names when they were just read
+        envelope = raw_object(body, last)
     except msgspec.DecodeError:
         return None
     special: dict[str, str] = {}

@@ -366,3 +366,20 @@ def test_the_large_replies_compared_first_are_bounded_in_number_and_bytes(monkey
     for letter in b"abcde":
         assert hashes(memo, bytes([letter]) * 100) == 1
     assert [hashes(memo, bytes([letter]) * 100) for letter in b"edcba"] == [0, 0, 0, 0, 1]
+
+
+def test_a_full_object_requests_envelope_is_read_once_while_recording_it(monkeypatch):
+    from extproxy.protocol import gojson
+    from extproxy.recording.attempts import AttemptTracker
+    from extproxy.recording.rows import build_call
+    from extproxy.recording.trace import Trace
+    from tests.protocol.counting import count_decodes
+
+    request = _with_pod_name(fixture_bytes("filter-request.nodecache-false.json"), "web-0")
+    reply = fixture_bytes("filter-result.nodecache-false.json")
+    trace = Trace(verb="filter", backend="b", url="http://b", started_at=1.0, finished_at=2.0, request_body=request,
+                  status=200, response_body=reply, answered_status=200)
+    rules = RedactionConfig()
+    decoded = count_decodes(monkeypatch, gojson, "_raw_dict_decoder")
+    build_call(trace, rules, AttemptTracker(), NodeDeduper(rules))
+    assert decoded.count(len(request)) == 1  # for the pod and node names; the stored form reuses it

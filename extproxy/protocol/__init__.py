@@ -42,7 +42,7 @@ from .encode import (
     encode_preemption_args,
     encode_preemption_result,
 )
-from .gojson import ProtocolError, envelope_keys, go_key, object_keys, raw_object
+from .gojson import LastObject, ProtocolError, envelope_keys, go_key, object_keys, raw_object
 from .objects import NodeListParts, RecentBytes, identity_of, node_name_of
 from .raw import RawArgs, join_extender_args, join_filter_result, pod_identity, split_extender_args
 from .types import (
@@ -107,6 +107,7 @@ __all__ = [
     "go_key",
     "object_keys",
     "raw_object",
+    "LastObject",
     "MIN_EXTENDER_PRIORITY",
     "MAX_EXTENDER_PRIORITY",
 ]

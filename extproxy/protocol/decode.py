@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from .gojson import (
+    LastObject,
     _INT64_MAX,
     _INT64_MIN,
     ProtocolError,
@@ -75,16 +76,18 @@ class ArgsParts:
     node_names: list[str] | None
 
 
-def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes | None = None) -> ArgsParts:
+def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes | None = None,
+                       last: LastObject | None = None) -> ArgsParts:
     """The one reader of ExtenderArgs: every occurrence of a key is checked, the last one wins.
 
     ``keep_items=False``: the Nodes' names only (``nodes.items`` is None), with the same checks;
-    with ``recent``, a Nodes list read before is not read again (objects.RecentBytes).
+    with ``recent``, a Nodes list read before is not read again (objects.RecentBytes); with
+    ``last``, the envelope is kept for the next reader of the same bytes (gojson.LastObject).
     """
     pod_raw: bytes = b"null"
     nodes: NodeListParts | None = None
     names: list[str] | None = None
-    for name, val in _top(body, "v1.ExtenderArgs", _F_ARGS):
+    for name, val in _top(body, "v1.ExtenderArgs", _F_ARGS, last):
         if name == "Pod":
             k = _jkind(val)
             if k not in ("object", "null"):

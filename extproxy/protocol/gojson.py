@@ -358,35 +358,40 @@ def _object_list(raw: _Buf, where: str, gotype: str) -> list | None:
 
 
 
-_last_object: tuple[bytes, dict[str, msgspec.Raw]] | None = None  # raw_object's last bytes, and their values
+class LastObject:
+    """The last bytes object `raw_object` decoded for one owner, and what it gave.
 
-
-def raw_object(body: _Buf) -> dict[str, msgspec.Raw]:
-    """A JSON object's top-level values as Raw, by key (the last of a repeated key); raises
-    msgspec.DecodeError. The dict may be shared: callers must not change it.
-
-    The same bytes object asked for twice in a row is decoded once: the recorder reads a
-    request's envelope for its names and again to store it, and one pass over a 3 MB
-    full-object request costs 1.3 ms. One slot, replaced whole, and matched by identity (the
-    slot holds the bytes, so their id cannot be reused meanwhile): safe for any caller, on
-    any thread.
+    The recorder reads a request's envelope for its names and again to store it; one pass over
+    a 3 MB full-object request costs 1.3 ms. Matched by identity: the slot holds the bytes, so
+    their id cannot be reused meanwhile, and only immutable bytes are kept. Owned by one reader
+    (a recorder's NodeDeduper), which it keeps one body alive for; for one thread.
     """
-    global _last_object
-    last = _last_object
-    if last is not None and last[0] is body:
-        return last[1]
+
+    __slots__ = ("body", "decoded")
+
+    def __init__(self) -> None:
+        self.body: bytes | None = None
+        self.decoded: dict[str, msgspec.Raw] = {}
+
+
+def raw_object(body: _Buf, last: LastObject | None = None) -> dict[str, msgspec.Raw]:
+    """A JSON object's top-level values as Raw, by key (the last of a repeated key); raises
+    msgspec.DecodeError. With `last`, the bytes object it read last is not read again (the
+    dict is then shared: callers must not change it)."""
+    if last is not None and last.body is body:
+        return last.decoded
     decoded = _raw_dict_decoder.decode(body)
-    if type(body) is bytes:  # immutable: the same object is the same bytes
-        _last_object = (body, decoded)
+    if last is not None and type(body) is bytes:  # immutable: the same object is the same bytes
+        last.body, last.decoded = body, decoded
     return decoded
 
 
-def _top(body: _Buf, gotype: str, fields: _Fields) -> list[tuple[str, _Buf]]:
+def _top(body: _Buf, gotype: str, fields: _Fields, last: LastObject | None = None) -> list[tuple[str, _Buf]]:
     view = memoryview(body)
     if len(view) > 1 and view[0] == 0x7B and view[-1] == 0x7D:
         # Fast path for the usual compact object body: one C pass validates and splits it.
         try:
-            d = raw_object(body)
+            d = raw_object(body, last)
         except msgspec.DecodeError:
             d = None
         if d is not None:

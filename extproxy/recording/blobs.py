@@ -19,7 +19,7 @@ import msgspec
 
 from .. import bodyformat
 from ..config import RedactionConfig
-from ..protocol import RecentBytes, go_key
+from ..protocol import LastObject, RecentBytes, go_key
 from ..redaction import needs_redaction, redact_object, redact_raw
 
 try:
@@ -164,6 +164,7 @@ class NodeDeduper:
         # The node names of the requests' NodeLists read last: full-object requests send the same
         # list again and again, and reading 1,000 names out of it took 1.4 ms (rows.read_request).
         self.request_lists = RecentBytes(keep=4, max_bytes=32 << 20)
+        self.envelope = LastObject()  # the request read last for its names: not read again to store it
         self.large_bodies = RecentBytes(LARGE_BODIES, LARGE_BODY_BYTES)  # body -> [blob, form, Node keys]
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules)),
@@ -289,7 +290,7 @@ def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> byt
     canonical form below only for bodies it cannot splice exactly.
     """
     try:
-        spliced = bodyformat.compact(body, nodes.redact_field, nodes.add_exact, nodes.lists)
+        spliced = bodyformat.compact(body, nodes.redact_field, nodes.add_exact, nodes.lists, nodes.envelope)
     except UNDECODABLE:  # the older form below decides what to keep
         spliced = None
     if spliced is not None:

@@ -67,15 +67,17 @@ def bounded_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
-def read_request(trace: Trace, recent: protocol.RecentBytes | None = None) -> dict[str, Any]:
+def read_request(trace: Trace, memory: NodeDeduper | None = None) -> dict[str, Any]:
     """Pod identity and node list of the request; `request_error` when the scheduler's
     decoder would refuse it (a protocol error is a finding, not an undecodable record).
-    `recent`: the node names of NodeLists read before, by their bytes (NodeDeduper.request_lists)."""
+    `memory`: the writer's (the node names of NodeLists read before, by their bytes; the
+    envelope it keeps for storing the body next)."""
     ident: dict[str, Any] = {"namespace": "", "name": "", "uid": "", "nodes": []}
     try:
         if trace.verb in ("filter", "prioritize"):
             # The parts, not split_extender_args: that decodes the whole Pod, which is not read here.
-            parts = protocol.read_extender_args(trace.request_body, keep_items=False, recent=recent)
+            recent, last = (None, None) if memory is None else (memory.request_lists, memory.envelope)
+            parts = protocol.read_extender_args(trace.request_body, keep_items=False, recent=recent, last=last)
             ns, name, uid = parts.pod_identity
             if parts.node_names is not None or parts.nodes is None:  # NodeNames wins, as in split_extender_args
                 nodes, names_mode = parts.node_names or [], True
@@ -166,7 +168,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
 
     stage = _Stage()
     try:
-        ident = read_request(trace, nodes.request_lists)
+        ident = read_request(trace, nodes)
         request_blob = _stored(trace.request_body, rules, nodes)
         stage.kind = "undecodable-reply"
         verdict = judge_reply(trace, ident)
@@ -254,7 +256,7 @@ def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stag
     from ..models import BackendCall
 
     stage.kind = "undecodable-request"
-    ident = read_request(child, nodes.request_lists)
+    ident = read_request(child, nodes)
     request_blob = _stored(child.request_body, rules, nodes)
     stage.kind = "undecodable-reply"
     c_outcome, c_error, c_findings, c_decisions = _outcome(child, judge_reply(child, ident))

@@ -144,19 +144,21 @@ def test_it_lists_an_objects_keys_with_repeats_from_its_decoding(body, expected)
     assert p.object_keys(body, msgspec.json.decode(body, type=dict[str, msgspec.Raw])) == expected
 
 
-def test_the_same_bytes_object_read_twice_in_a_row_is_decoded_once(monkeypatch):
+def test_the_same_bytes_object_read_twice_in_a_row_by_one_owner_is_decoded_once(monkeypatch):
     from extproxy.protocol import gojson
-
     from tests.protocol.counting import count_decodes
 
     decoded = count_decodes(monkeypatch, gojson, "_raw_dict_decoder")
-    monkeypatch.setattr(gojson, "_last_object", None)
+    last = p.LastObject()
     body = fx("filter-request.nodecache-false.json").strip()
-    names = p.read_extender_args(body, keep_items=False).nodes.names  # the recorder reads the names,
-    assert {"Pod", "Nodes"} <= p.raw_object(body).keys() and len(decoded) == 1  # then stores the body
-    assert names and p.raw_object(bytes(bytearray(body))) == p.raw_object(body)  # equal bytes, another object
+    names = p.read_extender_args(body, keep_items=False, last=last).nodes.names  # the recorder reads the names,
+    assert {"Pod", "Nodes"} <= p.raw_object(body, last).keys() and len(decoded) == 1  # then stores the body
+    assert names and p.raw_object(bytes(bytearray(body)), last) == p.raw_object(body, last)  # equal bytes, another object
     assert len(decoded) == 3
+    p.raw_object(body)
+    p.read_extender_args(body, keep_items=False)
+    assert len(decoded) == 5 and last.body is body  # without an owner's slot: read each time, nothing kept
     view = bytearray(body)
-    p.raw_object(view)
+    p.raw_object(view, last)
     view[view.index(b"Pod")] = ord("X")  # a mutable buffer may change: never taken from the slot
-    assert "Pod" not in p.raw_object(view) and len(decoded) == 5
+    assert "Pod" not in p.raw_object(view, last) and len(decoded) == 7
