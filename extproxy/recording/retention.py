@@ -8,8 +8,8 @@ kept call refers to has last_seen >= (that call's time - TOUCH_EVERY). Nodes old
 oldest kept call by more than that are safe to delete. A recorder that still remembers one
 deleted here finds it gone when it next refreshes it, and stores it again. Deletes go in
 chunks so that a large backlog never holds the database's write lock for long, and pass over
-rows a recorder is refreshing. Safe to run from several replicas at once. Runs in the recorder process (every PRUNE_EVERY)
-and from `manage.py prune`; must not run on the hot path.
+rows a recorder is refreshing. Safe to run from several replicas at once. Runs in the recorder
+process (every PRUNE_EVERY) and from `manage.py prune`; must not run on the hot path.
 """
 from __future__ import annotations
 
