@@ -617,3 +617,50 @@ def test_a_prune_leaves_the_rows_a_recorder_is_refreshing(transactional_db):
     assert (result.nodes, result.node_sets) == (2, 2)
     assert list(NodeObject.objects.values_list("sha256", flat=True)) == ["a"]
     assert list(NodeSet.objects.values_list("digest", flat=True)) == ["a"]
+
+
+def test_a_recorder_does_not_take_a_node_set_a_prune_is_deleting(transactional_db):
+    """PostgreSQL: a node set that a retention pass has locked to delete is waited for and then
+    stored anew, instead of being handed to the batch's calls by an id that is gone."""
+    import threading
+
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from extproxy.models import NodeSet, NodeSetEntry
+    from extproxy.nodeindex import NodeSets
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's; SQLite lets one writer in at a time (run by CI on PostgreSQL)")
+    pairs = [("node-1", "passed")]
+    old = NodeSet.objects.create(digest="d", size=1, last_seen=timezone.now())
+    NodeSetEntry.objects.create(node_set=old, node="node-1", result="passed")
+    locked, deleted = threading.Event(), threading.Event()
+
+    def prune_elsewhere() -> None:
+        try:
+            with transaction.atomic():
+                list(NodeSet.objects.select_for_update().filter(pk=old.pk))
+                locked.set()
+                with connection.cursor() as cursor:  # until the recorder waits for this lock
+                    for _ in range(200):
+                        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                       "AND datname = current_database()")
+                        if cursor.fetchone()[0]:
+                            break
+                        time.sleep(0.05)
+                NodeSet.objects.filter(pk=old.pk).delete()
+            deleted.set()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=prune_elsewhere)
+    thread.start()
+    assert locked.wait(10)
+    with transaction.atomic():
+        ids = NodeSets._store(["d"], {"d": pairs})
+    thread.join()
+    assert deleted.is_set()
+    kept = NodeSet.objects.get(digest="d")
+    assert ids == {"d": kept.pk} and kept.pk != old.pk
+    assert list(kept.entries.values_list("node", "result")) == pairs
