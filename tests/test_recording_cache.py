@@ -369,7 +369,7 @@ def test_the_large_replies_compared_first_are_bounded_in_number_and_bytes(monkey
 
 
 def test_a_full_object_requests_envelope_is_read_once_while_recording_it(monkeypatch):
-    from extproxy.protocol import gojson
+    from extproxy.protocol import envelope
     from extproxy.recording.attempts import AttemptTracker
     from extproxy.recording.rows import build_call
     from extproxy.recording.trace import Trace
@@ -380,6 +380,6 @@ def test_a_full_object_requests_envelope_is_read_once_while_recording_it(monkeyp
     trace = Trace(verb="filter", backend="b", url="http://b", started_at=1.0, finished_at=2.0, request_body=request,
                   status=200, response_body=reply, answered_status=200)
     rules = RedactionConfig()
-    decoded = count_decodes(monkeypatch, gojson, "_raw_dict_decoder")
+    decoded = count_decodes(monkeypatch, envelope, "_raw_dict_decoder")
     build_call(trace, rules, AttemptTracker(), NodeDeduper(rules))
     assert decoded.count(len(request)) == 1  # for the pod and node names; the stored form reuses it

@@ -8,6 +8,7 @@ goes in ``extproxy.semantics``.
 * ``types``: the wire types, and ``Verb``, the four calls;
 * ``objects``: Pods and Nodes inside messages: identity, the one NodeList reader, and
   ``RecentBytes``, a bounded memory of what was made of bytes read before (lists, replies);
+* ``envelope``: a message's top level: its values read once per owner, its keys as sent;
 * ``decode``: one exact decoder per message;
 * ``encode``: one encoder per message, byte-compatible with Go's json.Marshal;
 * ``raw``: the hot path's split of ExtenderArgs into parts kept as bytes, and the joins back.
@@ -42,7 +43,8 @@ from .encode import (
     encode_preemption_args,
     encode_preemption_result,
 )
-from .gojson import LastObject, ProtocolError, envelope_keys, go_key, object_keys, raw_object
+from .envelope import LastObject, envelope_keys, object_keys, raw_object
+from .gojson import ProtocolError, go_key
 from .objects import NodeListParts, RecentBytes, identity_of, node_name_of
 from .raw import RawArgs, join_extender_args, join_filter_result, pod_identity, split_extender_args
 from .types import (

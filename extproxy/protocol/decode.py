@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
+from .envelope import LastObject, _top
 from .gojson import (
-    LastObject,
     _INT64_MAX,
     _INT64_MIN,
     ProtocolError,
@@ -34,7 +34,6 @@ from .gojson import (
     _string_list,
     _string_map,
     _struct_pairs,
-    _top,
     _trim,
     _type_error,
 )

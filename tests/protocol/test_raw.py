@@ -145,10 +145,10 @@ def test_it_lists_an_objects_keys_with_repeats_from_its_decoding(body, expected)
 
 
 def test_the_same_bytes_object_read_twice_in_a_row_by_one_owner_is_decoded_once(monkeypatch):
-    from extproxy.protocol import gojson
+    from extproxy.protocol import envelope
     from tests.protocol.counting import count_decodes
 
-    decoded = count_decodes(monkeypatch, gojson, "_raw_dict_decoder")
+    decoded = count_decodes(monkeypatch, envelope, "_raw_dict_decoder")
     last = p.LastObject()
     body = fx("filter-request.nodecache-false.json").strip()
     names = p.read_extender_args(body, keep_items=False, last=last).nodes.names  # the recorder reads the names,
