@@ -213,3 +213,15 @@ def test_bytes_with_nothing_secret_are_kept_as_they_are():
     env = b'{"Pod":{"spec":{"containers":[{"env":[{"name":"HOST","value":"db"}]}]}},"x":\xff}'
     assert redact_raw(env, RedactionConfig(env_values=False)) == (env, [])  # a value kept unless envValues
     assert redact_raw(env, RULES)[0].count(REDACTED.encode()) == 1
+
+
+def test_bytes_that_are_not_json_are_redacted_by_pattern_only_up_to_a_bound(monkeypatch):
+    from extproxy import redaction
+
+    monkeypatch.setattr(redaction, "RAW_REDACT_MAX", 100)
+    long_secret = RAW_POD + b" " * 200
+    kept, marks = redact_raw(long_secret, RULES)
+    assert len(marks) == 2 and "only the first 100 of its" in marks[1]
+    assert b"hunter2" not in kept and kept.startswith(b'{"Pod":{"metadata":{"name":"w\xffb"') and len(kept) < 120
+    plain = b"<html>" + b"x" * 300 + b"</html>"  # nothing secret: kept whole, however long
+    assert redact_raw(plain, RULES) == (plain, [])
