@@ -454,39 +454,10 @@ def record_and_drain(tmp_path, drainer: Drainer, trace: Trace) -> None:
     drainer.run(until_idle=True)
 
 
-def test_nodes_retention_deleted_are_kept_again_when_a_later_call_refers_to_them(transactional_db, tmp_path):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from extproxy.config import RetentionConfig
-
-    body = fixture_bytes("filter-request.nodecache-false.json")
-    reply = fixture_bytes("filter-result.nodecache-false.json")
-    old = time.time() - 10 * 86400
-    drainer = Drainer(tmp_path / "spool", RecordingConfig(), NO_SECRETS, retention=RetentionConfig(max_age_seconds=7 * 86400))
-
-    first = make_trace(body=body, response=reply, started_at=old, finished_at=old + 1, node_cache_capable=False)
-    record_and_drain(tmp_path, drainer, first)
-    assert NodeObject.objects.count() == 5
-    NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))  # unused since that call
-    drainer._next_prune = 0.0
-    drainer._maybe_prune()  # the call is past its age, and so are its nodes
-    assert Call.objects.count() == 0 and NodeObject.objects.count() == 0
-
-    again = make_trace(body=body, response=reply, node_cache_capable=False)  # the same Nodes
-    record_and_drain(tmp_path, drainer, again)
-    drainer.close()
-
-    call = Call.objects.get()
-    kept = dict(NodeObject.objects.values_list("sha256", "data"))
-    assert len(kept) == 5
-    assert restore_body(call.request_body, lambda shas: {s: decompress(kept[s]) for s in shas}) == body
-
-
-def test_nodes_a_prune_elsewhere_deleted_are_stored_again_when_the_recorder_refers_to_them(transactional_db, tmp_path):
-    """Another replica's recorder, or `manage.py prune`, deletes Node objects this recorder
-    still remembers: the next call that refers to them stores them again."""
+@pytest.mark.parametrize("where", ["the recorder's own pass", "a pass elsewhere"])
+def test_nodes_retention_deleted_are_stored_again_when_the_recorder_refers_to_them(transactional_db, tmp_path, where):
+    """Retention deletes Node objects the recorder still remembers (its own pass, or another
+    replica's, or `manage.py prune`): the next call that refers to them stores them again."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -497,15 +468,21 @@ def test_nodes_a_prune_elsewhere_deleted_are_stored_again_when_the_recorder_refe
     body = fixture_bytes("filter-request.nodecache-false.json")
     reply = fixture_bytes("filter-result.nodecache-false.json")
     old = time.time() - 10 * 86400
-    drainer = Drainer(tmp_path / "spool", RecordingConfig(), NO_SECRETS)  # no retention of its own
+    retention = RetentionConfig(max_age_seconds=7 * 86400)
+    drainer = Drainer(tmp_path / "spool", RecordingConfig(), NO_SECRETS, retention=retention)
 
     first = make_trace(body=body, response=reply, started_at=old, finished_at=old + 1, node_cache_capable=False)
     record_and_drain(tmp_path, drainer, first)
-    NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))
-    assert prune(RetentionConfig(max_age_seconds=7 * 86400)).nodes == 5  # not the recorder's pass
+    assert NodeObject.objects.count() == 5
+    NodeObject.objects.update(last_seen=timezone.now() - timedelta(days=10))  # unused since that call
+    if where == "a pass elsewhere":
+        assert prune(retention).nodes == 5
+    else:
+        drainer._next_prune = 0.0
+        drainer._maybe_prune()
     assert Call.objects.count() == 0 and NodeObject.objects.count() == 0
 
-    for _ in range(2):
+    for _ in range(2):  # the same Nodes again
         record_and_drain(tmp_path, drainer, make_trace(body=body, response=reply, node_cache_capable=False))
     drainer.close()
 

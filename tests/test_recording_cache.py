@@ -241,10 +241,6 @@ def test_a_body_larger_than_the_limit_is_remembered_by_its_bytes_with_its_nodes(
     nodes.stored_body(body)  # the oldest of five: out of memory
     assert cut() == 2 + len(others)
 
-    nodes.forget_nodes()  # retention deleted Node objects: what refers to them is forgotten
-    nodes.take_batch()
-    nodes.stored_body(body)
-    assert cut() == 3 + len(others) and len(nodes.take_batch()[0]) == 5
     assert restore(first, lambda shas: {s: first_new[s][1] for s in shas}).body.replace(REDACTED, SECRET) == body
 
 

@@ -192,13 +192,6 @@ class NodeDeduper:
             self._canonical.popitem(last=False)
         return sha
 
-    def forget_nodes(self) -> None:
-        """Forget every Node object seen (retention deleted some): each is kept again when next referred to."""
-        self._canonical.clear()
-        self._exact.clear()
-        self.lists = bodyformat.SplicedLists(self._found_again)
-        self.large_bodies = RecentBytes(LARGE_BODIES, LARGE_BODY_BYTES)
-
     def _found_again(self, keys: list[str]) -> None:
         """A NodeList spliced before came again: its Nodes are referred to as add_exact would."""
         self.refs += len(keys)

@@ -141,7 +141,7 @@ class RecordingCollector:
             ("extproxy_recorder_written_total", "Calls written to the database.", "written"),
             ("extproxy_recorder_raw_total", "Calls stored as raw records (undecodable).", "raw"),
             ("extproxy_recorder_write_errors_total", "Failed batch writes (the batch is retried).", "write_errors"),
-            ("extproxy_recorder_nodes_stored_again_total", "Node objects a retention pass elsewhere deleted while "
+            ("extproxy_recorder_nodes_stored_again_total", "Node objects a retention pass deleted while "
              "the recorder still referred to them, stored again.", "nodes_stored_again"),
         ):
             yield CounterMetricFamily(name, doc, value=theirs.get(key, 0))

@@ -49,7 +49,7 @@ class BatchWriter:
         self.raw = 0  # raw records stored: counted when stored, so a batch read again is not counted twice
         self._raw_ids: set[str] = set()  # call ids of the batch being built that are raw records
         self._traces: list[Trace] = []  # the batch being built: its bodies hold its Node objects
-        self.nodes_stored_again = 0  # Node objects deleted elsewhere while remembered here, stored again
+        self.nodes_stored_again = 0  # Node objects retention deleted while remembered here, stored again
 
     def build(self, traces: list[Trace]) -> tuple[list[Built], list, set[str]]:
         """The unsaved rows of a batch: (call, children) pairs, new Node objects, nodes used."""
@@ -119,8 +119,8 @@ class BatchWriter:
     def _touch_nodes(self, used: Collection[str]) -> list[str]:
         """Refresh last_seen of nodes still in use, each at most every TOUCH_EVERY seconds.
 
-        Returns those found gone: deleted by a retention pass this writer did not run (another
-        replica's recorder, `manage.py prune`) while it still remembered them. A node it touched
+        Returns those found gone: deleted by a retention pass (this recorder's, another
+        replica's, `manage.py prune`) while this writer still remembered them. A node it touched
         within TOUCH_EVERY cannot be one (retention keeps nodes seen within twice that).
         """
         from django.db import transaction
@@ -148,7 +148,7 @@ class BatchWriter:
             self._touched.popitem(last=False)
 
     def _store_again(self, gone: list[str]) -> None:
-        """Store again the Node objects of this batch that a retention pass elsewhere deleted.
+        """Store again the Node objects of this batch that a retention pass deleted.
 
         Their bytes are in the batch's bodies: cut afresh, they give the same keys. Others this
         writer remembers may be gone too; each is found so when a later batch refers to it (not
@@ -165,8 +165,8 @@ class BatchWriter:
                  for sha in gone if sha in carried]
         NodeObject.objects.bulk_create(again, ignore_conflicts=True, batch_size=500)
         transaction.on_commit(lambda: setattr(self, "nodes_stored_again", self.nodes_stored_again + len(again)))
-        log.warning("recorder: %d Node object(s) this batch refers to had been deleted by a retention pass "
-                    "elsewhere; stored again", len(again))
+        log.warning("recorder: %d Node object(s) this batch refers to had been deleted by a retention pass; "
+                    "stored again", len(again))
         if len(again) < len(gone):  # cannot happen unless cutting a body differs from the first time
             log.error("recorder: %d Node object(s) this batch refers to are gone and not in its bodies; "
                       "their calls will show them as no longer stored", len(gone) - len(again))
@@ -346,14 +346,11 @@ class Drainer:
             return
         self._next_prune = time.monotonic() + PRUNE_EVERY
         try:
-            pruned = prune(self.retention)
+            # A Node it deletes that the writer still remembers is found gone when a later call
+            # refers to it, and stored again (BatchWriter._touch_nodes), as for any other pass.
+            prune(self.retention)
         except Exception:  # retention is retried on the next pass; recording goes on
             log.exception("recorder: retention pass failed")
-            return
-        if pruned.nodes:
-            # What the writer remembers of Node objects may name one just deleted, and a Node found
-            # in memory is not stored again: its next call would refer to a Node no longer kept.
-            self.writer.nodes.forget_nodes()
 
     def close(self) -> None:
         self.reader.close()
