@@ -23,11 +23,15 @@ import msgspec
 from .protocol import LastObject, RecentBytes, go_key, object_keys, raw_object
 
 SPLICED_MARK = b"S"
-SPECIAL = ("Pod", "Nodes", "NodeNameToVictims")  # the fields whose values are redacted or cut into Node objects
+# A reply's free text: a backend writes it, and it can echo what the Pod holds (an env value in
+# a FailedNodes reason). A string, or a map of node name to string.
+TEXT_FIELDS = ("Error", "FailedNodes", "FailedAndUnresolvableNodes")
+# the fields whose values are redacted or cut into Node objects
+SPECIAL = ("Pod", "Nodes", "NodeNameToVictims") + TEXT_FIELDS
 
 Redactor = Callable[[str, bytes], "tuple[bytes, list[str]] | None"]
-"""Redacts the JSON of one field ("Pod", "NodeNameToVictims"): None when nothing needs
-redacting, else (new JSON, marks)."""
+"""Redacts the JSON of one field ("Pod", "NodeNameToVictims", a text field): None when nothing
+needs redacting, else (new JSON, marks)."""
 
 NodeAdder = Callable[[bytes], "tuple[str, list[str]]"]
 """Keeps one Node object; returns its key and what redaction changed in the kept copy."""
@@ -273,22 +277,38 @@ def _plain(key: Any) -> bool:
     return isinstance(key, str) and key.replace("_", "a").isalnum()
 
 
-def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool]) -> Redactor:
-    """A Redactor from an in-place Pod redaction and its cheap byte test (victims: each Pod)."""
+def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool],
+             redact_text: Callable[[str], str], text_needs: Callable[[bytes], bool]) -> Redactor:
+    """A Redactor from an in-place Pod redaction and a text redaction, each with its cheap byte
+    test (victims: each Pod; TEXT_FIELDS: the string, or each string of the map)."""
 
     def redact(name: str, value: bytes) -> tuple[bytes, list[str]] | None:
-        if not needs(value):
+        text = name in TEXT_FIELDS
+        if not (text_needs if text else needs)(value):
             return None
         original = msgspec.json.decode(value)
         changed = msgspec.json.decode(value)  # a second decode: several times cheaper than deepcopy
-        for pod in _victim_pods(changed) if name == "NodeNameToVictims" else [changed]:
-            redact_object(pod)
+        if text:
+            changed = redact_texts(changed, redact_text)
+        else:
+            for pod in _victim_pods(changed) if name == "NodeNameToVictims" else [changed]:
+                redact_object(pod)
         marks = redaction_marks(original, changed)
         if marks and msgspec.json.encode(original) != value:
             marks.append(" re-encoded after redaction: spacing and escapes may differ")
         return (msgspec.json.encode(changed), marks) if marks else None
 
     return redact
+
+
+def redact_texts(value: Any, redact_text: Callable[[str], str]) -> Any:
+    """A text field's value redacted: a string, or each string of a map (FailedNodes); anything
+    else is not what the scheduler reads there, and is kept."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {key: redact_text(text) if isinstance(text, str) else text for key, text in value.items()}
+    return value
 
 
 def _victim_pods(victims: Any) -> list[Any]:

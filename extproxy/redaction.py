@@ -8,7 +8,8 @@ What is redacted is set by `RedactionConfig`:
 - annotations and labels: the values of keys that match, or that are listed by name
   (`redactAnnotations`, `redactLabels`); `dropAnnotations` are removed whole (the default drops
   kubectl's last-applied-configuration, which repeats the spec, env included);
-- free text (`redact_text`: error texts, including a backend's non-200 body): `name=value`,
+- free text (`redact_text`: error texts, including a backend's non-200 body; a backend's
+  FailedNodes reasons and Error; the scheduler's event notes): `name=value`,
   `"name": "value"`, env entries written as JSON, `Bearer`/`Token`/`Basic` credentials, and
   passwords in URLs;
 - bytes that cannot be read as JSON (`redact_raw`: a raw record's bodies, a backend's text
@@ -209,6 +210,28 @@ def _redact_env(env: Any, all_values: bool, names: re.Pattern[str]) -> None:
             continue
         if all_values or names.search(str(var.get("name") or "")):
             var["value"] = REDACTED
+
+
+_CREDENTIAL_WORDS = (b"bearer", b"token", b"basic", b"extproxy.token.")
+
+
+def text_needs_redaction(raw: bytes, rules: RedactionConfig) -> bool:
+    """Cheap byte test: False only when `redact_text` would leave every string in `raw` (UTF-8
+    text, or JSON holding strings) as it is.
+
+    Each of redact_text's expressions needs something this finds in the bytes: a secret-like
+    name (pairs, quoted pairs), a credential word, `://`, or both `name` and `value` (env
+    entries). A backslash could hide any of them in JSON (`\\u0074oken`), so it counts too.
+    """
+    if b"\\" in raw or b"://" in raw:
+        return True
+    lowered = raw.lower()
+    if any(word in lowered for word in _CREDENTIAL_WORDS):
+        return True
+    if b"name" in lowered and b"value" in lowered:
+        return True
+    pattern, is_lowered = _names_bytes(rules.name_patterns)
+    return pattern.search(lowered if is_lowered else raw) is not None
 
 
 def needs_redaction(raw: bytes, rules: RedactionConfig) -> bool:

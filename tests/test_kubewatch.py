@@ -87,6 +87,28 @@ def test_it_reads_event_rows_as_the_api_writes_them():
     assert kubewatch.binding_row({"metadata": {"name": "web"}, "spec": {}}) is None
 
 
+def test_the_schedulers_words_are_stored_redacted_and_bounded(kube_api, scene):
+    """A FailedScheduling note quotes what the extenders said, secrets they echoed included."""
+    from dashboard.models import SchedulerEvent
+
+    echoed = "0/3 nodes are available: 3 env DB_PASSWORD=hunter2-note rejected, Bearer hunter2-bearer-note."
+    kube_api.event_watch = [
+        {"type": "ADDED", "object": event("e-secret", "FailedScheduling", "stuck-s", echoed)},
+        {"type": "ADDED", "object": event("e-long", "FailedScheduling", "stuck-l", "x" * 20000 + " token=hunter2-tail")},
+    ]
+    per_backend_attempt(scene, "stuck-s", bind=False)
+    scene.flush()
+
+    assert kubewatch.start() is not None
+    wait_for(lambda: SchedulerEvent.objects.count() == 2)
+
+    stored = SchedulerEvent.objects.get(pod_name="stuck-s").message
+    assert "hunter2" not in stored and stored.startswith("0/3 nodes are available: 3 env DB_PASSWORD=[redacted]")
+    assert SchedulerEvent.objects.get(pod_name="stuck-l").message == "x" * kubewatch.MESSAGE_MAX
+    page = viewer().get("/pods/ml-team/stuck-s/").content.decode()
+    assert "FailedScheduling" in page and "DB_PASSWORD=[redacted]" in page and "hunter2" not in page
+
+
 def test_it_is_off_without_a_kubernetes_api(monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import json
+import zlib
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -168,6 +169,59 @@ def test_it_redacts_a_backends_error_body_before_storing_and_streaming(backend_s
     assert b"invalid pod" in stored.body and b"hunter2" not in stored.body and not stored.exact
 
 
+SECRET_REASONS = {
+    "node-02": "env DB_PASSWORD=hunter2-reason is not allowed here",
+    "node-03": "Insufficient nvidia.com/gpu",
+    "node-04": "image pull needs Bearer hunter2-bearer-reason",
+}
+
+
+@pytest.mark.parametrize("form", ["per-backend", "combined"])
+def test_a_backends_reasons_and_error_texts_are_stored_redacted(form, backend_server, proxy, write_config, admin_client):
+    """FailedNodes reasons and a 200 reply's Error are a backend's own text and can echo what
+    the Pod holds: redacted in the decisions, the findings and the stored reply, as the error
+    text of a non-200 reply is; the scheduler gets them as the backend wrote them."""
+    from extproxy.models import Call
+    from extproxy.recorder import decompress
+
+    filter_reply = {"NodeNames": ["node-01", "node-05"], "FailedNodes": {k: SECRET_REASONS[k] for k in ("node-02", "node-03")},
+                    "FailedAndUnresolvableNodes": {"node-04": SECRET_REASONS["node-04"]}, "Error": ""}
+    bind_reply = {"Error": "binding refused: connect postgresql://app:hunter2-error@db/x failed"}
+    backend = backend_server({"filter": reply(200, filter_reply), "bind": reply(200, bind_reply)})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+    prefix = "/extender/gpu" if form == "per-backend" else "/extender"
+    bind = json.dumps({"PodName": "web", "PodNamespace": "ml", "PodUID": "u-1", "Node": "node-01"}).encode()
+
+    answered = post(server, prefix + "/filter", fixture_bytes(FILTER_NAMES))
+    assert post(server, prefix + "/bind", bind).status_code == 200
+    server.flush()
+
+    assert answered.status_code == 200 and "hunter2-reason" in answered.text and "hunter2-bearer-reason" in answered.text
+    listing = admin_client.get(server.url + "/api/calls/?verb=filter").json()["results"]
+    assert len(listing) == 1
+    call = admin_client.get(server.url + f"/api/calls/{listing[0]['id']}/").json()
+    reasons = {d["node"]: d["reason"] for d in call["decisions"] if d["result"] != "passed"}
+    assert set(reasons) == {"node-02", "node-03", "node-04"}
+    assert reasons["node-03"] == "Insufficient nvidia.com/gpu"  # nothing secret: as written
+    assert "hunter2" not in json.dumps(reasons) and REDACTED in reasons["node-02"] and REDACTED in reasons["node-04"]
+    stored = admin_client.get(server.url + f"/api/calls/{listing[0]['id']}/response")
+    assert b"hunter2" not in stored.content and b"Insufficient nvidia.com/gpu" in stored.content
+    assert stored.headers["X-Extproxy-Exact"] == "false" and "node-02" in stored.headers["X-Extproxy-Marks"]
+
+    bound = Call.objects.get(verb="bind")
+    assert bound.outcome == "error" and "binding refused" in bound.error and "hunter2" not in bound.error
+    assert any(f["kind"] == "error-under-200" for f in bound.findings)
+    assert "hunter2" not in json.dumps(bound.findings)
+    stored = admin_client.get(server.url + f"/api/calls/{bound.pk}/response")
+    assert b"binding refused" in stored.content and b"hunter2" not in stored.content
+    children = [child for call_row in Call.objects.all() for child in call_row.backend_calls.all()]
+    assert len(children) == (2 if form == "combined" else 0)
+    for child in children:  # the combined form's parts: the same texts
+        stored_parts = decompress(bytes(child.decisions_blob)) + decompress(bytes(child.response_body))
+        assert b"hunter2" not in stored_parts and (b"Insufficient nvidia" in stored_parts) is (child.verb == "filter")
+        assert "hunter2" not in child.error + json.dumps(child.findings)
+
+
 @pytest.mark.parametrize(
     "patterns, raw, expected",
     [
@@ -225,3 +279,72 @@ def test_bytes_that_are_not_json_are_redacted_by_pattern_only_up_to_a_bound(monk
     assert b"hunter2" not in kept and kept.startswith(b'{"Pod":{"metadata":{"name":"w\xffb"') and len(kept) < 120
     plain = b"<html>" + b"x" * 300 + b"</html>"  # nothing secret: kept whole, however long
     assert redact_raw(plain, RULES) == (plain, [])
+
+
+FREE_TEXTS = [
+    "backend said: --db-password=hunter2 rejected", 'env {"name":"PLAIN","value":"hunter2"}',
+    "Authorization: Bearer abcdefghij0123", "Token 0123456789abcdef", "Basic dXNlcjpwYXNzd29yZA==",
+    "connect postgresql://app:hunter2@db:5432/x failed", "'api_key': 'hunter2'", "SESSION-ID: hunter2",
+    "node(s) didn't match Pod's node affinity/selector", "Insufficient nvidia.com/gpu (want 2, have 1)",
+    "2 node(s) had untolerated taint {dedicated: infra}", "",
+]
+
+
+@pytest.mark.parametrize("text", FREE_TEXTS)
+@pytest.mark.parametrize("written", ["plain", "json", "json-escaped"])
+def test_the_text_byte_test_passes_over_only_what_redaction_leaves_alone(text, written):
+    """`text_needs_redaction` lets the recorder skip five expressions per reason: it must never
+    say no where redact_text would change a string, however the string is written."""
+    from extproxy.redaction import text_needs_redaction
+
+    raw = {"plain": text.encode(), "json": json.dumps({"n1": text}).encode(),
+           "json-escaped": ('{"n1":"' + "".join(f"\\u{ord(c):04x}" for c in text) + '"}').encode()}[written]
+    decoded = json.loads(raw) if written != "plain" else {"n1": raw.decode()}
+    changes = any(redact_text(value, RULES) != value for value in decoded.values())
+    if changes:
+        assert text_needs_redaction(raw, RULES)
+    if written == "plain" and text in FREE_TEXTS[-4:]:  # ordinary reasons: no expression is run
+        assert not changes and not text_needs_redaction(raw, RULES)
+
+
+@pytest.mark.parametrize("spelling", ["once", "twice"])
+def test_a_replys_texts_are_redacted_in_every_stored_form(spelling, db):
+    """A reply whose FailedNodes is given twice (Go reads the last) cannot be spliced exactly:
+    the older canonical form redacts the same texts."""
+    from extproxy.recording import compact_body
+    from extproxy.recording.blobs import NodeDeduper
+
+    failed = json.dumps({"n2": "DB_PASSWORD=hunter2-x", "n3": "Insufficient cpu"})
+    body = ('{"NodeNames":["n1"],' + ('"failedNodes":{"n9":"token=hunter2-first"},' if spelling == "twice" else "")
+            + f'"FailedNodes":{failed},"Error":"","FailedAndUnresolvableNodes":{{"n4":"Bearer hunter2-bearer"}}}}').encode()
+
+    stored = compact_body(body, RULES, NodeDeduper(RULES))
+    restored = restore(zlib.compress(stored), lambda shas: {})
+
+    assert b"hunter2" not in restored.body and not restored.exact
+    kept = json.loads(restored.body)
+    assert kept["FailedNodes"] == {"n2": "DB_PASSWORD=[redacted]", "n3": "Insufficient cpu"}
+    assert kept["FailedAndUnresolvableNodes"] == {"n4": "Bearer [redacted]"}
+    if spelling == "once":  # spliced: what changed is named
+        assert {"FailedNodes.n2 redacted", "FailedAndUnresolvableNodes.n4 redacted"} <= set(restored.marks)
+    else:
+        assert "failedNodes" not in kept
+
+
+def test_stored_reasons_are_redacted_and_bounded_and_otherwise_the_same_list():
+    from extproxy.recording.rows import MAX_REASON_TEXT, stored_decisions
+    from extproxy.semantics import Decision, Result
+
+    plain = [Decision("n1", "gpu", Result.FAILED, "Insufficient cpu"), Decision("n2", "gpu", Result.PASSED)]
+    assert stored_decisions(plain, RULES) is plain
+
+    long_reason = "x" * (MAX_REASON_TEXT + 10)
+    secret = [Decision("n1", "gpu", Result.FAILED, "token=hunter2 " + long_reason),
+              Decision("n2", "gpu", Result.FAILED, "Insufficient cpu"),
+              Decision("n3", "gpu", Result.UNRESOLVABLE, long_reason)]
+    kept = stored_decisions(secret, RULES)
+    assert [d.reason for d in kept] == [("token=[redacted] " + long_reason)[:MAX_REASON_TEXT], "Insufficient cpu",
+                                        long_reason[:MAX_REASON_TEXT]]
+    assert [d.node for d in kept] == ["n1", "n2", "n3"] and kept[1] is secret[1]
+    only_long = [Decision("n1", "gpu", Result.FAILED, long_reason)]
+    assert [d.reason for d in stored_decisions(only_long, RULES)] == [long_reason[:MAX_REASON_TEXT]]

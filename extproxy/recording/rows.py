@@ -20,7 +20,7 @@ from .. import nodeindex, protocol, semantics
 from ..config import BackendConfig, RedactionConfig
 from ..protocol import Verb
 from ..semantics import Decision, Outcome, Result
-from ..redaction import redact_text
+from ..redaction import redact_text, text_needs_redaction
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compact_body, compress, raw_blob
 from .trace import Trace
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 MAX_FINDINGS = 100  # kept per call; the rest are counted in one `findings-truncated` finding
 MAX_FINDING_TEXT = 2048  # characters of a finding's detail
 MAX_KIND_TEXT = 64
+MAX_REASON_TEXT = 2048  # characters of a node's reason (a backend's FailedNodes text)
 MAX_ERROR_TEXT = 16384  # characters of a call's error text
 NON_200_BODY_BYTES = 4096  # of a non-200 reply, kept in the error text
 
@@ -56,15 +57,28 @@ def _when(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc)
 
 
-def bounded_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """At most MAX_FINDINGS findings, each with bounded text; the rest counted."""
+def bounded_text(text: str, rules: RedactionConfig, limit: int) -> str:
+    """`text` redacted and cut to `limit` characters. Only twice the limit is redacted: the
+    patterns cost ~0.3 s a MiB, and a backend's Error text has no bound of its own."""
+    return redact_text(text[: 2 * limit], rules)[:limit]
+
+
+def bounded_findings(findings: list[dict[str, Any]], rules: RedactionConfig) -> list[dict[str, Any]]:
+    """At most MAX_FINDINGS findings, each with bounded text; the rest counted. A detail can
+    quote a backend (`error-under-200` quotes its Error), so it is redacted as error texts are."""
     kept = [
-        {"kind": str(f.get("kind", ""))[:MAX_KIND_TEXT], "detail": str(f.get("detail", ""))[:MAX_FINDING_TEXT]}
+        {"kind": str(f.get("kind", ""))[:MAX_KIND_TEXT], "detail": _detail(str(f.get("detail", "")), rules)}
         for f in findings[:MAX_FINDINGS]
     ]
     if len(findings) > MAX_FINDINGS:
         kept.append({"kind": "findings-truncated", "detail": f"{len(findings) - MAX_FINDINGS} more findings not kept"})
     return kept
+
+
+def _detail(text: str, rules: RedactionConfig) -> str:
+    if not text_needs_redaction(text[: 2 * MAX_FINDING_TEXT].encode("utf-8", "surrogatepass"), rules):
+        return text[:MAX_FINDING_TEXT]  # most details: one byte test, not five expressions
+    return bounded_text(text, rules, MAX_FINDING_TEXT)
 
 
 def read_request(trace: Trace, memory: NodeDeduper | None = None) -> dict[str, Any]:
@@ -182,7 +196,8 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
             children.append(kid)
         if verdict is None or decisions is not verdict.decisions:
             extras = None  # the call's decisions are not (only) the verdict's
-        decisions_blob = _remembered(extras, "decisions", nodes, lambda: compress(msgspec.json.encode(decisions)))
+        decisions_blob = _remembered(extras, ("decisions", rules), nodes,
+                                     lambda: compress(msgspec.json.encode(stored_decisions(decisions, rules))))
         node_pairs = _remembered(extras, "pairs", nodes, lambda: nodeindex.pairs_and_digest(decisions, ident["nodes"]))
     except Exception as exc:  # anything unreadable: the caller stores the raw record
         raise Undecodable(stage.kind, exc) from exc
@@ -203,12 +218,12 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         finished_at=_when(trace.finished_at),
         outcome=outcome,
         http_status=trace.status,
-        error=redact_text(error, rules)[:MAX_ERROR_TEXT],  # a non-200 body can echo secrets; it is streamed live
+        error=bounded_text(error, rules, MAX_ERROR_TEXT),  # a non-200 body can echo secrets; it is streamed live
         node_count=len(ident["nodes"]),
         passed_count=counts[Result.PASSED],
         failed_count=counts[Result.FAILED],
         unresolvable_count=counts[Result.UNRESOLVABLE],
-        findings=bounded_findings(findings + list(trace.findings)),
+        findings=bounded_findings(findings + list(trace.findings), rules),
         request_body=request_blob,
         response_body=response_blob,
         response_status=trace.answered_status,
@@ -231,6 +246,20 @@ def _new(model: type, **values: Any) -> Any:
     if values:
         raise TypeError(f"{model.__name__} has no field {', '.join(values)}")
     return model(*args)
+
+
+def stored_decisions(decisions: list[Decision], rules: RedactionConfig) -> list[Decision]:
+    """The decisions as they are stored: a reason is a backend's free text (FailedNodes), so it
+    is redacted as error texts are (it can echo what the Pod holds) and cut to MAX_REASON_TEXT.
+    The same list when no reason needs either (the usual case: one byte test over the distinct
+    reasons)."""
+    reasons = {d.reason for d in decisions if d.reason}
+    if not reasons or (max(map(len, reasons)) <= MAX_REASON_TEXT
+                       and not text_needs_redaction("\n".join(reasons).encode("utf-8", "surrogatepass"), rules)):
+        return decisions
+    kept = {reason: bounded_text(reason, rules, MAX_REASON_TEXT) for reason in reasons}
+    return [d if not d.reason or kept[d.reason] == d.reason else msgspec.structs.replace(d, reason=kept[d.reason])
+            for d in decisions]
 
 
 def _stored(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
@@ -268,11 +297,11 @@ def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stag
         finished_at=_when(child.finished_at),
         outcome=c_outcome,
         http_status=child.status,
-        error=redact_text(c_error, rules)[:MAX_ERROR_TEXT],
-        findings=bounded_findings(c_findings + list(child.findings)),
+        error=bounded_text(c_error, rules, MAX_ERROR_TEXT),
+        findings=bounded_findings(c_findings + list(child.findings), rules),
         request_body=request_blob,
         response_body=_stored(child.response_body, rules, nodes),
-        decisions_blob=compress(msgspec.json.encode(c_decisions)),
+        decisions_blob=compress(msgspec.json.encode(stored_decisions(c_decisions, rules))),
     )
     return kid, c_decisions
 
@@ -296,8 +325,8 @@ def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built
         finished_at=_when(trace.finished_at),
         outcome="timeout" if trace.timed_out else "error",
         http_status=trace.status,
-        error=redact_text(trace.transport_error or f"record not decodable: {why}", rules)[:MAX_ERROR_TEXT],
-        findings=bounded_findings([finding] + list(trace.findings)),
+        error=bounded_text(trace.transport_error or f"record not decodable: {why}", rules, MAX_ERROR_TEXT),
+        findings=bounded_findings([finding] + list(trace.findings), rules),
         request_body=raw_blob(bytes(trace.request_body), rules),
         response_body=raw_blob(bytes(trace.response_body), rules),
         response_status=trace.answered_status,
@@ -311,8 +340,8 @@ def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built
             finished_at=_when(c.finished_at),
             outcome="timeout" if c.timed_out else "error",
             http_status=c.status,
-            error=redact_text(c.transport_error or "part of a call whose record could not be decoded", rules)[:MAX_ERROR_TEXT],
-            findings=bounded_findings(list(c.findings)),
+            error=bounded_text(c.transport_error or "part of a call whose record could not be decoded", rules, MAX_ERROR_TEXT),
+            findings=bounded_findings(list(c.findings), rules),
             request_body=raw_blob(bytes(c.request_body), rules),
             response_body=raw_blob(bytes(c.response_body), rules),
             decisions_blob=compress(b"[]"),
