@@ -20,7 +20,7 @@ from django.utils import timezone
 from extproxy.api.filters import filter_calls
 from extproxy.models import BackendCall, Call
 
-from . import records
+from . import records, story
 
 BODIES = ("request_body", "response_body", "decisions_blob")
 NODE_SCAN_LIMIT = 20_000  # calls looked at to answer a node filter
@@ -130,15 +130,6 @@ def pod_attempts(namespace: str, name: str, limit: int = 500) -> list[Attempt]:
         key = call.attempt or f"call-{call.id}"
         attempts.setdefault(key, Attempt(key)).calls.append(call)
     return list(attempts.values())
-
-
-def latest_per_backend(calls: list[Call], verb: str) -> list[Call]:
-    """The last call of `verb` per backend, in the order the scheduler made them."""
-    last: dict[str, Call] = {}
-    for c in sorted(calls, key=lambda c: (c.started_at, c.id)):
-        if c.verb == verb:
-            last[c.backend] = c
-    return sorted(last.values(), key=lambda c: (c.started_at, c.id))
 
 
 def with_bodies(calls: list[Call]) -> list[Call]:
@@ -413,8 +404,6 @@ def _watching() -> bool:
 
 
 def story_of(calls: list[Call], events: list, backends: dict | None = None, now: datetime | None = None):
-    from . import story
-
     backends = configured_backends() if backends is None else backends
     labels_pod = _pod_object(calls)
     return story.tell(calls, backends, events, now=now or timezone.now(), bound_node_of=_bound_node,
@@ -479,10 +468,8 @@ def pending_pods(limit: int = 300, now: datetime | None = None) -> list[dict]:
             said_last = events[(namespace, name)][-1:]
             if not said_last or said_last[0].kind != "FailedScheduling":
                 continue
-            from .story import Story, fold_numbers
-
-            told = Story(state="pending", sentence=f"Pending: the scheduler says: {said_last[0].message}",
-                         group=fold_numbers(said_last[0].message), scheduler_says=said_last)
+            told = story.Story(state="pending", sentence=f"Pending: the scheduler says: {said_last[0].message}",
+                               group=story.fold_numbers(said_last[0].message), scheduler_says=said_last)
         if told.state != "pending":
             continue
         last_seen = max([c.finished_at for c in calls.get(key, [])] + [e.at for e in told.scheduler_says])

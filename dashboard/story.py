@@ -106,11 +106,18 @@ class _Source:
     node_count: int
 
 
+def latest_per_backend(calls: Sequence[Any], verb: str) -> list[Any]:
+    """The last call of `verb` per backend, in the order the scheduler made them."""
+    last: dict[str, Any] = {}
+    for c in sorted(calls, key=lambda c: (c.started_at, c.id)):
+        if c.verb == verb:
+            last[c.backend] = c
+    return sorted(last.values(), key=lambda c: (c.started_at, c.id))
+
+
 def sources(calls: Sequence[Any], verb: str) -> list[_Source]:
     """The backend calls of `verb` in the attempt, in the order made: a combined call's
     children (the newest combined call wins), else the newest per-backend call of each backend."""
-    from .queries import latest_per_backend
-
     combined = [c for c in calls if c.verb == verb and c.form == "combined"]
     if combined:
         parent = max(combined, key=lambda c: (c.started_at, c.id))

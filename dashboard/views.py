@@ -16,6 +16,7 @@ from extproxy.models import Outcome, Verb
 from extproxy.roles import Perm, requires
 
 from . import queries
+from .story import latest_per_backend
 
 NODE_PAGE = 100
 SCORE_PAGE = 50
@@ -85,8 +86,8 @@ def pod(request, namespace: str, name: str):
     context: dict[str, Any] = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}
     if selected is not None:
         calls = queries.attempt_calls([selected.key], requests=True).get(selected.key, selected.calls)
-        filters = queries.latest_per_backend(calls, "filter")
-        prioritizes = queries.latest_per_backend(calls, "prioritize")
+        filters = latest_per_backend(calls, "filter")
+        prioritizes = latest_per_backend(calls, "prioritize")
         nodes, node_backends, verdicts = queries.node_verdicts(filters)
         score_backends, score_rows = queries.score_matrix(prioritizes)
         events = queries.scheduler_events([(namespace, name)]).get((namespace, name), [])
