@@ -32,8 +32,9 @@ from typing import Any, Callable
 import msgspec
 
 from .backends import Backend, build_backend
+from .config import RedactionConfig
 from .protocol import Verb
-from .recording.rows import judge
+from .recording.rows import MAX_ERROR_TEXT, bounded_text, judge, stored_decisions
 from .recording.spool_reader import SpoolTail, TailItem
 from .recording.trace import GAP_RECORD_START, Trace, UnreadableRecord, decode_trace, inflate_record
 from .replay import diff as diffs
@@ -102,14 +103,18 @@ class _PeekRecord(msgspec.Struct, array_like=True):
 _peek = msgspec.msgpack.Decoder(_PeekRecord).decode
 
 
-def _side(trace: Trace) -> diffs.Side:
+def _side(trace: Trace, rules: RedactionConfig) -> diffs.Side:
+    """One side as the recorder would store it: reasons and error texts redacted (examples of
+    differences are kept in shadow.json and shown on the dashboard)."""
     _ident, verdict = judge(trace)
     if trace.timed_out:
-        return diffs.Side(trace.backend, trace.verb, "timeout", trace.transport_error, [])
+        return diffs.Side(trace.backend, trace.verb, "timeout", bounded_text(trace.transport_error, rules, MAX_ERROR_TEXT), [])
     if verdict is None:
-        return diffs.Side(trace.backend, trace.verb, "error", trace.transport_error or "no answer", [])
-    decisions = msgspec.to_builtins(verdict.decisions)  # the diff reads decisions as stored: plain objects
-    return diffs.Side(trace.backend, trace.verb, verdict.outcome, verdict.error, decisions)
+        error = trace.transport_error or "no answer"
+        return diffs.Side(trace.backend, trace.verb, "error", bounded_text(error, rules, MAX_ERROR_TEXT), [])
+    decisions = msgspec.to_builtins(stored_decisions(verdict.decisions, rules))  # the diff reads plain objects
+    return diffs.Side(trace.backend, trace.verb, verdict.outcome, bounded_text(verdict.error, rules, MAX_ERROR_TEXT),
+                      decisions)
 
 
 class Rest:
@@ -146,9 +151,11 @@ class Shadower:
     """Follows the spool under `root` and mirrors each call of a shadowed backend."""
 
     def __init__(self, root: Path, shadows: dict[str, list[Backend]], concurrency: int = CONCURRENCY,
-                 max_lag: float = MAX_LAG, clock: Callable[[], float] = time.time) -> None:
+                 max_lag: float = MAX_LAG, clock: Callable[[], float] = time.time,
+                 redaction: RedactionConfig | None = None) -> None:
         self.root = Path(root)
         self.shadows = shadows
+        self.redaction = redaction or RedactionConfig()
         self.max_lag = max_lag
         self.clock = clock
         self.state: ShadowState = load_state(self.root)
@@ -265,7 +272,7 @@ class Shadower:
             node_cache_capable=shadow.config.node_cache_capable, weight=shadow.config.weight or trace.weight,
             verb_string=verb_string,
         )
-        result = diffs.diff(_side(trace), _side(copy))
+        result = diffs.diff(_side(trace, self.redaction), _side(copy, self.redaction))
         return Outcome(shadow.name, trace.backend, "different" if result.changed else "same", diff=result,
                        verb=trace.verb, call_id=call_id, at=self.clock())
 

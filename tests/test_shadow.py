@@ -132,7 +132,8 @@ def test_it_keeps_shadows_out_of_the_schedulers_chain_and_checks_the_primary():
 
 def test_a_shadow_that_disagrees_shows_in_the_counts_and_examples(backend_server, shadowed):
     primary = backend_server({"filter": pass_all, "bind": reply(200, b'{"Error":""}')})
-    shadow = backend_server({"filter": failing({"gpu-node-1": "new version: <i>no</i> room"}),
+    # A reason that echoes a secret: kept redacted in shadow.json, the API and the page, as the recorder stores it.
+    shadow = backend_server({"filter": failing({"gpu-node-1": "new version: <i>no</i> room, token=hunter2-shadow"}),
                              "bind": reply(200, b'{"Error":""}')})
     inst = shadowed(with_shadow(primary.url, shadow.url)).start_all()
 
@@ -150,9 +151,10 @@ def test_a_shadow_that_disagrees_shows_in_the_counts_and_examples(backend_server
     assert (row["shadow"], row["primary"], row["calls"], row["different"], row["different_rate"]) == ("gpu-next", "gpu", 5, 5, 1.0)
     assert row["kinds"] == {"passed->failed": 5} and row["dropped_total"] == 0 and api["process"]["reported"]
     assert row["examples"][0]["nodes"][0] == {"node": "gpu-node-1", "backend": "gpu", "kind": "passed->failed",
-                                              "before": None, "after": "new version: <i>no</i> room"}
+                                              "before": None, "after": "new version: <i>no</i> room, token=[redacted]"}
     page = session.get(inst.url + "/shadows/", timeout=10).text
     assert "gpu-next" in page and "100.0%" in page and "&lt;i&gt;no&lt;/i&gt;" in page and "<i>no</i>" not in page
+    assert "hunter2" not in page + (inst.spool / "shadow.json").read_text()
 
 
 def test_a_shadow_that_agrees_is_sent_its_own_mode_and_counted_alike(backend_server, shadowed):

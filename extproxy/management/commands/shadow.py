@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand
 from extproxy import shadow as shadows_module
 from extproxy.background import lower_priority, watch_parent
 from extproxy.heap import manage_heap
-from extproxy.config import load_config
+from extproxy.config import RedactionConfig, load_config
 from extproxy.policies import default_policy, parse_policy
 from extproxy.shadowstats import load_state, save_state
 
@@ -82,12 +82,13 @@ class Command(BaseCommand):
         shadows = shadows_module.configured_shadows(config, policies)
         log.info("shadow: following %s for %s (pid %d, %s)", root,
                  ", ".join(f"{s.name} (shadow of {p})" for p, ss in shadows.items() for s in ss), os.getpid(), priority)
-        asyncio.run(_run(root, shadows, options, stop))
+        asyncio.run(_run(root, shadows, options, stop, config.redaction))
         log.info("shadow: stopped")
 
 
-async def _run(root: Path, shadows, options, stop: threading.Event) -> None:
-    shadower = shadows_module.Shadower(root, shadows, concurrency=options["concurrency"], max_lag=options["max_lag"])
+async def _run(root: Path, shadows, options, stop: threading.Event, redaction: RedactionConfig) -> None:
+    shadower = shadows_module.Shadower(root, shadows, concurrency=options["concurrency"], max_lag=options["max_lag"],
+                                       redaction=redaction)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     threading.Thread(target=lambda: (stop.wait(), loop.call_soon_threadsafe(stopped.set)), daemon=True).start()
