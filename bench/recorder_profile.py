@@ -9,6 +9,9 @@ prints the rate and the functions that took the most time, cumulative.
     .venv/bin/python bench/recorder_profile.py --db postgres          # a fresh database on BENCH_PG
     .venv/bin/python bench/recorder_profile.py --no-profile           # the rate alone, without cProfile's cost
     .venv/bin/python bench/recorder_profile.py --no-profile --calls 25000 --rounds 8   # the rate as the table grows
+    .venv/bin/python bench/recorder_profile.py --no-profile --calls 25000 --rounds 8 --memory  # where memory grows
+
+Each line ends with the process's RSS after the round: with --rounds, whether it levels off.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -41,6 +45,9 @@ def main() -> int:
                              "cProfile covers the last round")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--memory", action="store_true",
+                        help="after the last round, the lines whose allocations still held grew most since the "
+                             "end of round 1 (tracemalloc; it slows the recorder several times and adds to RSS)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="extproxy-rec-profile-"))
@@ -68,6 +75,7 @@ def main() -> int:
         cfg = load_config(None)
         drainer = Drainer(tmp / "spool", cfg.recording, cfg.redaction)
         profiler = None if args.no_profile else cProfile.Profile()
+        first = None
         for round_ in range(1, args.rounds + 1):
             prefill(tmp / "spool", requests, args.calls, names_mode=args.mode == "names")
             written = drainer.counters.written
@@ -83,7 +91,13 @@ def main() -> int:
             table = f" (round {round_}, {drainer.counters.written} calls in the table)" if args.rounds > 1 else ""
             print(f"{args.db} {args.mode} N={args.nodes}: {calls} calls in {wall:.2f} s = "
                   f"{calls / wall:.0f} calls/s; recorder CPU {cpu / max(1, calls) * 1000:.2f} ms/call{table}"
-                  f"{' (under cProfile)' if profiling else ''}; load average {os.getloadavg()[0]:.2f}", flush=True)
+                  f"{' (under cProfile)' if profiling else ''}; load average {os.getloadavg()[0]:.2f}"
+                  f"; RSS {_rss_mib():.1f} MiB", flush=True)
+            if args.memory and first is None:
+                tracemalloc.start(8)
+                first = tracemalloc.take_snapshot()
+        if first is not None:
+            _print_growth(first, tracemalloc.take_snapshot(), args.top)
         drainer.close()
         if profiler:
             out = io.StringIO()
@@ -99,6 +113,20 @@ def main() -> int:
         db.drop()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+
+
+def _print_growth(first: tracemalloc.Snapshot, last: tracemalloc.Snapshot, top: int) -> None:
+    """What is held now that was not at the end of round 1, by the line that allocated it."""
+    held = [s for s in last.compare_to(first, "lineno") if s.size_diff > 0]
+    print(f"held since round 1: {sum(s.size_diff for s in held) / (1 << 20):.2f} MiB more of Python's own "
+          f"allocations (tracemalloc itself holds {tracemalloc.get_tracemalloc_memory() / (1 << 20):.1f} MiB)")
+    for stat in held[:top]:
+        print(f"  {stat.size_diff / 1024:10.1f} KiB {stat.count_diff:+8d} blocks  {stat.traceback}")
 
 
 if __name__ == "__main__":
