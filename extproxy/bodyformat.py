@@ -278,9 +278,9 @@ def _plain(key: Any) -> bool:
 
 
 def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool],
-             redact_text: Callable[[str], str], text_needs: Callable[[bytes], bool]) -> Redactor:
-    """A Redactor from an in-place Pod redaction and a text redaction, each with its cheap byte
-    test (victims: each Pod; TEXT_FIELDS: the string, or each string of the map)."""
+             redact_texts: Callable[[Any], Any], text_needs: Callable[[bytes], bool]) -> Redactor:
+    """A Redactor from an in-place Pod redaction and a text field's redaction (its decoded
+    value in, the value to keep out), each with its cheap byte test (victims: each Pod)."""
 
     def redact(name: str, value: bytes) -> tuple[bytes, list[str]] | None:
         text = name in TEXT_FIELDS
@@ -289,7 +289,7 @@ def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool]
         original = msgspec.json.decode(value)
         changed = msgspec.json.decode(value)  # a second decode: several times cheaper than deepcopy
         if text:
-            changed = redact_texts(changed, redact_text)
+            changed = redact_texts(changed)
         else:
             for pod in _victim_pods(changed) if name == "NodeNameToVictims" else [changed]:
                 redact_object(pod)
@@ -299,16 +299,6 @@ def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool]
         return (msgspec.json.encode(changed), marks) if marks else None
 
     return redact
-
-
-def redact_texts(value: Any, redact_text: Callable[[str], str]) -> Any:
-    """A text field's value redacted: a string, or each string of a map (FailedNodes); anything
-    else is not what the scheduler reads there, and is kept."""
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, dict):
-        return {key: redact_text(text) if isinstance(text, str) else text for key, text in value.items()}
-    return value
 
 
 def _victim_pods(victims: Any) -> list[Any]:

@@ -96,6 +96,36 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
     return text
 
 
+# Of one free-text field of a body (a reply's Error, its FailedNodes reasons), characters
+# redacted at most (three such fields: 3 MiB a body, as RAW_REDACT_MAX bounds raw bytes): a
+# backend may fill a 64 MiB reply with reasons that look secret, and the patterns cost 0.1-0.5 s
+# a MiB. Past it, what is left of a string is not kept, and says so.
+FREE_TEXT_REDACT_MAX = 1 << 20
+_EDGE = 256  # redacted beyond the cut, so a secret across it is still recognised
+
+
+def redact_free_text(value: Any, rules: RedactionConfig, budget: int = FREE_TEXT_REDACT_MAX) -> Any:
+    """A reply's free-text field redacted: a string, or each string of a map (FailedNodes);
+    anything else is not what the scheduler reads there, and is kept. At most `budget`
+    characters are redacted; the rest of each string is cut off, with a note of how much."""
+    left = budget
+
+    def one(text: str) -> str:
+        nonlocal left
+        if len(text) <= left:
+            left -= len(text)
+            return redact_text(text, rules)
+        kept, left = left, 0
+        note = f"[{len(text) - kept} more characters not kept: too long to redact]"
+        return f"{redact_text(text[: kept + _EDGE], rules)[:kept]} {note}" if kept else note
+
+    if isinstance(value, str):
+        return one(value)
+    if isinstance(value, dict):
+        return {key: one(text) if isinstance(text, str) else text for key, text in value.items()}
+    return value
+
+
 _ANY_VALUE = re.compile(r'("value"\s*:\s*")((?:[^"\\]|\\.)*)(")')
 _FLAG_THEN_VALUE = re.compile(r'"(-{1,2}[^"\\=\s]{1,256})"(\s*,\s*")((?:[^"\\]|\\.)*)(")')
 RAW_MARK_TEXT = "redacted by pattern: the body could not be read as JSON"

@@ -348,3 +348,35 @@ def test_stored_reasons_are_redacted_and_bounded_and_otherwise_the_same_list():
     assert [d.node for d in kept] == ["n1", "n2", "n3"] and kept[1] is secret[1]
     only_long = [Decision("n1", "gpu", Result.FAILED, long_reason)]
     assert [d.reason for d in stored_decisions(only_long, RULES)] == [long_reason[:MAX_REASON_TEXT]]
+
+
+def test_a_replys_free_text_is_redacted_only_up_to_a_bound():
+    """A backend can fill its reply with reasons that look secret; the patterns cost ~0.3 s a
+    MiB, so one body's free text is redacted up to FREE_TEXT_REDACT_MAX characters and the rest
+    is cut off, saying how much."""
+    from extproxy.redaction import redact_free_text
+
+    reasons = {f"n{i}": f"token=hunter2-{i} " + "x" * 100 for i in range(10)}  # 116 characters each
+    kept = redact_free_text(reasons, RULES, budget=350)
+
+    assert list(kept) == list(reasons)
+    assert all("hunter2" not in text for text in kept.values())
+    assert kept["n0"] == "token=[redacted] " + "x" * 100 and kept["n2"] == "token=[redacted] " + "x" * 100
+    assert kept["n3"] == "to [114 more characters not kept: too long to redact]"  # 2 characters of the budget left
+    assert kept["n4"] == kept["n9"] == "[116 more characters not kept: too long to redact]"
+    assert redact_free_text("password=hunter2", RULES) == "password=[redacted]" and redact_free_text(5, RULES) == 5
+    # A credential across the cut is still recognised (redacted past it, then cut).
+    assert redact_free_text("Bearer abcdefghij0123", RULES, budget=11) == "Bearer [red [10 more characters not kept: too long to redact]"
+
+
+def test_stored_reasons_are_cut_shorter_when_a_call_has_many_long_ones(monkeypatch):
+    from extproxy.recording import rows
+    from extproxy.semantics import Decision, Result
+
+    monkeypatch.setattr(rows, "REASONS_REDACT_MAX", 40_000)
+    many = [Decision(f"n{i}", "gpu", Result.FAILED, f"node n{i}: secret=hunter2 " + "y" * 5000) for i in range(100)]
+    kept = rows.stored_decisions(many, RULES)
+
+    assert all(len(d.reason) == rows.MIN_REASON_TEXT and "hunter2" not in d.reason for d in kept)
+    few = rows.stored_decisions(many[:5], RULES)
+    assert all(len(d.reason) == rows.MAX_REASON_TEXT and d.reason.startswith(f"node {d.node}: secret=[redacted]") for d in few)

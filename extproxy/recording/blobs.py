@@ -20,7 +20,7 @@ import msgspec
 from .. import bodyformat
 from ..config import RedactionConfig
 from ..protocol import LastObject, RecentBytes, go_key
-from ..redaction import needs_redaction, redact_object, redact_raw, redact_text, text_needs_redaction
+from ..redaction import needs_redaction, redact_free_text, redact_object, redact_raw, text_needs_redaction
 
 try:
     from isal.isal_zlib import compress as _compress
@@ -168,7 +168,7 @@ class NodeDeduper:
         self.large_bodies = RecentBytes(LARGE_BODIES, LARGE_BODY_BYTES)  # body -> [blob, form, Node keys]
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules),
-                                lambda text: redact_text(text, rules), lambda raw: text_needs_redaction(raw, rules)),
+                                lambda value: redact_free_text(value, rules), lambda raw: text_needs_redaction(raw, rules)),
             redaction_cache_bytes,
         )
 
@@ -320,8 +320,7 @@ def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> by
     for name in bodyformat.TEXT_FIELDS:
         text_key = go_key(envelope, name)
         if text_key is not None and text_needs_redaction(bytes(envelope[text_key]), rules):
-            out[text_key] = bodyformat.redact_texts(msgspec.json.decode(envelope[text_key]),
-                                                    lambda text: redact_text(text, rules))
+            out[text_key] = redact_free_text(msgspec.json.decode(envelope[text_key]), rules)
     victims_key = go_key(envelope, "NodeNameToVictims")
     if victims_key is not None:
         victims = msgspec.json.decode(envelope[victims_key])

@@ -36,6 +36,8 @@ MAX_FINDINGS = 100  # kept per call; the rest are counted in one `findings-trunc
 MAX_FINDING_TEXT = 2048  # characters of a finding's detail
 MAX_KIND_TEXT = 64
 MAX_REASON_TEXT = 2048  # characters of a node's reason (a backend's FailedNodes text)
+MIN_REASON_TEXT = 256  # ... when a call has so many distinct reasons that the next bound cuts them
+REASONS_REDACT_MAX = 1 << 20  # characters of a call's distinct reasons redacted (~0.3 s a MiB)
 MAX_ERROR_TEXT = 16384  # characters of a call's error text
 NON_200_BODY_BYTES = 4096  # of a non-200 reply, kept in the error text
 
@@ -257,7 +259,11 @@ def stored_decisions(decisions: list[Decision], rules: RedactionConfig) -> list[
     if not reasons or (max(map(len, reasons)) <= MAX_REASON_TEXT
                        and not text_needs_redaction("\n".join(reasons).encode("utf-8", "surrogatepass"), rules)):
         return decisions
-    kept = {reason: bounded_text(reason, rules, MAX_REASON_TEXT) for reason in reasons}
+    # Each distinct reason is redacted (twice its kept length, bounded_text): of many long ones,
+    # each is cut shorter, so that a call's redaction stays within REASONS_REDACT_MAX characters
+    # (or 512 a reason, with more than 2,048 distinct reasons).
+    limit = min(MAX_REASON_TEXT, max(MIN_REASON_TEXT, REASONS_REDACT_MAX // (2 * len(reasons))))
+    kept = {reason: bounded_text(reason, rules, limit) for reason in reasons}
     return [d if not d.reason or kept[d.reason] == d.reason else msgspec.structs.replace(d, reason=kept[d.reason])
             for d in decisions]
 
