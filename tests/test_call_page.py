@@ -71,3 +71,36 @@ def test_it_renders_pod_text_as_text_and_cuts_a_large_body():
     assert XSS_POD not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "download the whole body" in page
     assert "node-07999" not in page.split('id="response"')[0]  # the request was cut
+
+
+def test_it_shows_a_full_object_reply_with_a_secret_in_a_reason(backend_server, proxy, write_config, admin_client):
+    """The stored reply: Node objects cut out and put back, beside a FailedNodes reason that was
+    redacted. The page, the reply's download and the decisions all show it redacted."""
+    request = json.loads(fixture_bytes(CAPTURED + "filter-request.nodecache-false.json"))
+    items = request["Nodes"]["items"]
+    failed = items[-1]["metadata"]["name"]
+
+    def answer(handler, body):
+        args = json.loads(body)
+        result = {"Nodes": dict(args["Nodes"], items=args["Nodes"]["items"][:-1]), "NodeNames": None,
+                  "FailedNodes": {failed: "DB_PASSWORD=hunter2 is not accepted on this node"}, "Error": ""}
+        handler.answer(200, json.dumps(result).encode())
+
+    backend = backend_server({"filter": answer})
+    server = proxy(write_config(config_for(backend.url)))
+    sent = post(server, "/extender/gpu/filter", json.dumps(request).encode())
+    server.flush()
+    pk = Call.objects.get().pk
+
+    page = viewer().get(f"/calls/{pk}/")
+    reply = admin_client.get(f"{server.url}/api/calls/{pk}/response")
+    call = admin_client.get(f"{server.url}/api/calls/{pk}/").json()
+
+    assert "hunter2" in sent.text  # the scheduler got the reason as the backend wrote it
+    assert page.status_code == 200 and "hunter2" not in page.content.decode()
+    assert "DB_PASSWORD=[redacted]" in page.content.decode() and "FailedNodes" in page.content.decode()
+    kept = json.loads(reply.content)
+    assert kept["Nodes"] == json.loads(sent.content)["Nodes"]  # every Node object back as it was
+    assert kept["FailedNodes"] == {failed: "DB_PASSWORD=[redacted] is not accepted on this node"}
+    assert reply.headers["X-Extproxy-Exact"] == "false"
+    assert {d["node"]: d["reason"] for d in call["decisions"] if d["result"] == "failed"} == {failed: kept["FailedNodes"][failed]}
