@@ -94,7 +94,7 @@ def event_row(obj: dict) -> dict | None:
         "pod_name": str(regarding["name"])[:253],
         "pod_uid": str(regarding.get("uid") or "")[:64],
         "node": node[:253],
-        "message": note[: 2 * MESSAGE_MAX],  # redacted and cut to MESSAGE_MAX when stored
+        "message": note,  # redacted and cut to MESSAGE_MAX when stored
         "reporter": str(obj.get("reportingController") or "")[:253],
         "at": _when(series.get("lastObservedTime"), obj.get("eventTime"), obj.get("deprecatedLastTimestamp"),
                     meta.get("creationTimestamp")),
@@ -126,14 +126,14 @@ def store(rows: Iterable[dict]) -> int:
     from django.db import close_old_connections
 
     from extproxy.engine import get_engine
-    from extproxy.redaction import redact_text
+    from extproxy.redaction import bounded_text
 
     from .models import SchedulerEvent
 
     # A FailedScheduling note quotes the extenders' reasons and errors, which can echo what the
     # Pod holds: redacted by the rules the recorder uses for them.
     rules = get_engine().config.redaction
-    objects = [SchedulerEvent(**dict(row, message=redact_text(row["message"], rules)[:MESSAGE_MAX])) for row in rows]
+    objects = [SchedulerEvent(**dict(row, message=bounded_text(row["message"], rules, MESSAGE_MAX))) for row in rows]
     if not objects:
         return 0
     close_old_connections()

@@ -96,6 +96,14 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
     return text
 
 
+def bounded_text(text: str, rules: RedactionConfig, limit: int, margin: int | None = None) -> str:
+    """`text` redacted and cut to `limit` characters. Only `limit + margin` characters (by
+    default twice the limit) are redacted: the patterns cost 0.1-0.5 s of CPU a MiB and a
+    backend's text has no bound of its own, and past the cut a secret across it is still
+    recognised."""
+    return redact_text(text[: limit + (limit if margin is None else margin)], rules)[:limit]
+
+
 # Of one free-text field of a body (a reply's Error, its FailedNodes reasons), characters
 # redacted at most (three such fields: 3 MiB a body, as RAW_REDACT_MAX bounds raw bytes): a
 # backend may fill a 64 MiB reply with reasons that look secret, and the patterns cost 0.1-0.5 s
@@ -117,7 +125,7 @@ def redact_free_text(value: Any, rules: RedactionConfig, budget: int = FREE_TEXT
             return redact_text(text, rules)
         kept, left = left, 0
         note = f"[{len(text) - kept} more characters not kept: too long to redact]"
-        return f"{redact_text(text[: kept + _EDGE], rules)[:kept]} {note}" if kept else note
+        return f"{bounded_text(text, rules, kept, _EDGE)} {note}" if kept else note
 
     if isinstance(value, str):
         return one(value)

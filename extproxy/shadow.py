@@ -34,7 +34,8 @@ import msgspec
 from .backends import Backend, build_backend
 from .config import RedactionConfig
 from .protocol import Verb
-from .recording.rows import MAX_ERROR_TEXT, bounded_text, judge, stored_decisions
+from .recording.rows import MAX_ERROR_TEXT, judge, stored_decisions
+from .redaction import bounded_text
 from .recording.spool_reader import SpoolTail, TailItem
 from .recording.trace import GAP_RECORD_START, Trace, UnreadableRecord, decode_trace, inflate_record
 from .replay import diff as diffs

@@ -20,7 +20,7 @@ from .. import nodeindex, protocol, semantics
 from ..config import BackendConfig, RedactionConfig
 from ..protocol import Verb
 from ..semantics import Decision, Outcome, Result
-from ..redaction import redact_text, text_needs_redaction
+from ..redaction import bounded_text, text_needs_redaction
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compact_body, compress, raw_blob
 from .trace import Trace
@@ -57,12 +57,6 @@ class Undecodable(Exception):
 
 def _when(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc)
-
-
-def bounded_text(text: str, rules: RedactionConfig, limit: int) -> str:
-    """`text` redacted and cut to `limit` characters. Only twice the limit is redacted: the
-    patterns cost ~0.3 s a MiB, and a backend's Error text has no bound of its own."""
-    return redact_text(text[: 2 * limit], rules)[:limit]
 
 
 def bounded_findings(findings: list[dict[str, Any]], rules: RedactionConfig) -> list[dict[str, Any]]:
