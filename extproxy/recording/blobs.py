@@ -317,10 +317,10 @@ def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> by
             }
         except msgspec.DecodeError:
             pass  # not a NodeList: keep the value as received
-    for name in bodyformat.TEXT_FIELDS:
+    for name in bodyformat.TEXT_FIELDS:  # as the spliced form redacts them
         text_key = go_key(envelope, name)
-        if text_key is not None and text_needs_redaction(bytes(envelope[text_key]), rules):
-            out[text_key] = redact_free_text(msgspec.json.decode(envelope[text_key]), rules)
+        if text_key is not None and (redacted := nodes.redact_field(name, bytes(envelope[text_key]))):
+            out[text_key] = msgspec.Raw(redacted[0])
     victims_key = go_key(envelope, "NodeNameToVictims")
     if victims_key is not None:
         victims = msgspec.json.decode(envelope[victims_key])
