@@ -81,7 +81,7 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
 
     ``keep_items=False``: the Nodes' names only (``nodes.items`` is None), with the same checks;
     with ``recent``, a Nodes list read before is not read again (objects.RecentBytes); with
-    ``last``, the envelope is kept for the next reader of the same bytes (gojson.LastObject).
+    ``last``, the envelope is kept for the next reader of the same bytes (envelope.LastObject).
     """
     pod_raw: bytes = b"null"
     nodes: NodeListParts | None = None
