@@ -163,10 +163,11 @@ def redact_raw(raw: bytes, rules: RedactionConfig) -> tuple[bytes, list[str]]:
     if not needs_redaction(raw, rules):
         return raw, []
     marks = [RAW_MARK_TEXT]
-    if len(raw) > RAW_REDACT_MAX:
+    cut = len(raw) > RAW_REDACT_MAX
+    if cut:
         marks.append(f"only the first {RAW_REDACT_MAX} of its {len(raw)} bytes are kept: "
                      "the rest is too long to redact by pattern")
-        raw = raw[:RAW_REDACT_MAX]
+        raw = raw[: RAW_REDACT_MAX + _EDGE]  # redacted past the cut, then cut (bounded_text)
     text = raw.decode("utf-8", "surrogateescape")
     out = text
     listed = _listed_key(rules.drop_annotations + rules.redact_annotations + rules.redact_labels)
@@ -182,9 +183,10 @@ def redact_raw(raw: bytes, rules: RedactionConfig) -> tuple[bytes, list[str]]:
         return m.group(0)
 
     out = redact_text(_FLAG_THEN_VALUE.sub(flag_value, out), rules)
-    if out == text and len(marks) == 1:
+    if out == text and not cut:
         return raw, []
-    return out.encode("utf-8", "surrogateescape"), marks
+    kept = out.encode("utf-8", "surrogateescape")
+    return (kept[:RAW_REDACT_MAX] if cut else kept), marks
 
 
 def redact_object(obj: Any, rules: RedactionConfig) -> Any:

@@ -279,6 +279,10 @@ def test_bytes_that_are_not_json_are_redacted_by_pattern_only_up_to_a_bound(monk
     assert b"hunter2" not in kept and kept.startswith(b'{"Pod":{"metadata":{"name":"w\xffb"') and len(kept) < 120
     plain = b"<html>" + b"x" * 300 + b"</html>"  # nothing secret: kept whole, however long
     assert redact_raw(plain, RULES) == (plain, [])
+    # A credential across the cut is still recognised (redacted past it, then cut).
+    across = b"\xff" + b"x" * 88 + b" Bearer abcdefghij0123 " + b"y" * 300
+    kept, marks = redact_raw(across, RULES)
+    assert kept == b"\xff" + b"x" * 88 + b" Bearer [re" and len(marks) == 2
 
 
 FREE_TEXTS = [
