@@ -59,9 +59,11 @@ _URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^\s:/@]{1,256}:)[^\s/@]+(@
 
 @lru_cache(maxsize=32)
 def _plain_pair(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    # password=x, --db-password=x, token: x, X-Api-Key: x (the name's start is left as it is)
+    # password=x, --db-password=x, token: x, X-Api-Key: x (the name's start is left as it is).
+    # A value already [redacted] is taken whole, so that redacting again changes nothing (the
+    # value's characters stop at `]`: `password=[redacted]` became `password=[redacted]]`).
     return re.compile(
-        rf"((?:{_names(patterns).pattern})[\w.\-/]*\s*[=:]\s*)((?:(?:Bearer|Token|Basic)\s+)?[^\s\"',;&}}\]]+)",
+        rf"((?:{_names(patterns).pattern})[\w.\-/]*\s*[=:]\s*)((?:(?:Bearer|Token|Basic)\s+)?(?:{re.escape(REDACTED)}|[^\s\"',;&}}\]]+))",
         re.IGNORECASE,
     )
 

@@ -56,6 +56,19 @@ def test_it_redacts_secrets_in_free_text(text, secret):
     assert secret not in redacted and REDACTED in redacted
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["password=hunter2", "token: Bearer abcdefghij0123", "X-Api-Key: hunter2 and more", "--db-password=hunter2,x",
+     "connect postgresql://app:hunter2@db:5432/x", '{"name":"PLAIN","value":"hunter2"}', "'token': 'hunter2'",
+     "Authorization: Token 0123456789abcdef", "Bearer abcdefghij0123", "a token=[hunter2]"],
+)
+def test_redacting_again_changes_nothing(text):
+    """`manage.py redact` runs the rules over what they redacted before: the result must stand."""
+    once = redact_text(text, RULES)
+    assert "hunter2" not in once and "0123" not in once
+    assert redact_text(once, RULES) == once
+
+
 def test_it_leaves_ordinary_text_alone():
     text = 'extproxy: backend gpu: node-3 failed: Insufficient nvidia.com/gpu (want 2, have 1); key=zone'
     assert redact_text(text, RULES) == text
