@@ -39,6 +39,7 @@ class Action:
     REPLAY = "replay"
     BODIES_DOWNLOADED = "bodies-downloaded"
     COPY_OUT = "copy-out"
+    RECORDS_REDACTED = "records-redacted"
 
 
 def source_of(request: Any) -> str:

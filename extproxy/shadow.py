@@ -34,6 +34,7 @@ import msgspec
 from .backends import Backend, build_backend
 from .config import RedactionConfig
 from .protocol import Verb
+from .recording.redact_again import strings
 from .recording.rows import MAX_ERROR_TEXT, judge, stored_decisions
 from .redaction import bounded_text
 from .recording.spool_reader import SpoolTail, TailItem
@@ -160,6 +161,8 @@ class Shadower:
         self.max_lag = max_lag
         self.clock = clock
         self.state: ShadowState = load_state(self.root)
+        for stats in self.state.shadows.values():  # kept under the rules of an earlier start, maybe
+            stats.examples = deque(strings(list(stats.examples), self.redaction), maxlen=stats.examples.maxlen)
         for primary, backends in shadows.items():
             for backend in backends:
                 self.state.stats(backend.name, primary)

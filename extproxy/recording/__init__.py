@@ -12,6 +12,8 @@ Modules, each owning one step (imports only go down this list, never up):
   attempts   linking a pod's calls into scheduling attempts
   rows       Trace -> Call/BackendCall rows (judging, redaction, bounds, raw records)
   retention  deleting old calls and unreferenced nodes
+  redact_again  one stored field under the redaction rules of now (pure)
+  redact_stored  those rules over every record already kept (`manage.py redact`)
   writer     the recorder process's loop: spool -> rows -> database in batches
   live       live summaries to the channel layer after commit
   local      in-process recording for tools and unit tests
