@@ -10,6 +10,11 @@ prints the rate and the functions that took the most time, cumulative.
     .venv/bin/python bench/recorder_profile.py --no-profile           # the rate alone, without cProfile's cost
     .venv/bin/python bench/recorder_profile.py --no-profile --calls 25000 --rounds 8   # the rate as the table grows
     .venv/bin/python bench/recorder_profile.py --no-profile --calls 25000 --rounds 8 --memory  # where memory grows
+    .venv/bin/python bench/recorder_profile.py --no-profile --redact every   # then `manage.py redact`'s rate
+
+With --redact, the calls drained are then redacted again by `manage.py redact`'s run, under a rule
+added to the defaults: `none` matches nothing stored (the cost of reading and judging), `every`
+matches an annotation of every Pod and a label of every Node (each body and Node rewritten).
 
 Each line ends with the process's RSS after the round: with --rounds, whether it levels off.
 """
@@ -48,6 +53,8 @@ def main() -> int:
     parser.add_argument("--memory", action="store_true",
                         help="after the last round, the lines whose allocations still held grew most since the "
                              "end of round 1 (tracemalloc; it slows the recorder several times and adds to RSS)")
+    parser.add_argument("--redact", choices=("none", "every"),
+                        help="after the rounds, time `manage.py redact` with a rule that matches nothing or every call")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="extproxy-rec-profile-"))
@@ -99,6 +106,8 @@ def main() -> int:
         if first is not None:
             _print_growth(first, tracemalloc.take_snapshot(), args.top)
         drainer.close()
+        if args.redact:
+            _redact_again(args, cfg.redaction)
         if profiler:
             out = io.StringIO()
             pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(args.top)
@@ -113,6 +122,24 @@ def main() -> int:
         db.drop()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def _redact_again(args: argparse.Namespace, rules) -> None:
+    """`manage.py redact`'s run over the table just drained (its rate, and what it changed)."""
+    import dataclasses
+
+    from extproxy.recording.redact_stored import RedactionRun, record_tables
+
+    added = ("nomatch-xyz",) if args.redact == "none" else ("gpu-memory", r"gpu\.driver")
+    rules = dataclasses.replace(rules, name_patterns=rules.name_patterns + added)
+    for attempt in ("first run", "run again"):
+        started, cpu = time.monotonic(), time.process_time()
+        tally = RedactionRun(rules).run(record_tables())
+        wall, cpu = time.monotonic() - started, time.process_time() - cpu
+        rows = sum(tally.examined.values())
+        print(f"redact ({args.redact}, {attempt}): {rows} rows in {wall:.2f} s = {rows / wall:.0f} rows/s, "
+              f"CPU {cpu / max(1, rows) * 1000:.3f} ms/row; changed {dict(tally.changed) or 'nothing'}; "
+              f"RSS {_rss_mib():.1f} MiB", flush=True)
 
 
 def _rss_mib() -> float:
