@@ -202,20 +202,22 @@ def test_every_row_is_read_once_whatever_the_batches(backend_server, proxy, writ
 
 def test_a_row_that_cannot_be_read_is_counted_and_the_rest_redacted(backend_server, proxy, write_config,
                                                                     admin_client, settings):
-    from extproxy.models import Call
+    from extproxy.models import Call, NodeObject
 
     server, _ = record_a_secret_everywhere(backend_server, proxy, write_config)
     broken = Call.objects.filter(verb="bind").order_by("pk").first()
     Call.objects.filter(pk=broken.pk).update(response_body=b"not zlib")
+    NodeObject.objects.create(sha256="0" * 64, name="broken", data=b"not zlib either")
     settings.EXTPROXY_CONFIG = write_config({**config_for("http://127.0.0.1:9"),
                                              "redaction": {"namePatterns": list(NEW_RULES.name_patterns)}},
                                             name="new-rules.yaml")
 
     out = StringIO()
-    with pytest.raises(CommandError, match="1 row"):
+    with pytest.raises(CommandError, match="2 row"):
         call_command("redact", stdout=out)
 
     assert "extproxy.Call: 7 read" in out.getvalue() and "1 could not be redacted" in out.getvalue()
+    assert "extproxy.NodeObject: 5 read, changed: data 1; 1 could not be redacted" in out.getvalue()
     rest = Call.objects.exclude(pk=broken.pk)
     assert all(SECRET not in decompress(bytes(c.request_body)) + decompress(bytes(c.response_body)) for c in rest)
     assert SECRET not in Call.objects.get(pk=broken.pk).error.encode()  # its other fields: redacted all the same

@@ -109,10 +109,18 @@ class RedactionRun:
         for rows in self._batches(NodeObject, ("data",)):
             for row in rows:
                 self.tally.examined[name] += 1
-                answer = redact_again.node(row.data, self.rules)
+                answer = self._node(row)
                 if answer is not None:
                     self.node_marks[row.pk] = answer[1]
             self.progress(self.tally)
+
+    def _node(self, row: Any) -> tuple[bytes, list[str]] | None:
+        try:
+            return redact_again.node(row.data, self.rules)
+        except Exception:  # an unreadable Node object is counted and said; the others go on
+            log.exception("redact: Node object %s could not be redacted", row.pk)
+            self.tally.failed[row._meta.label] += 1
+            return None
 
     def write_nodes(self) -> None:
         """Redact the Node objects judged by `nodes`, in place, under their keys."""
@@ -123,7 +131,7 @@ class RedactionRun:
         for start in range(0, len(keys), self.batch_rows):
             updates = []
             for row in NodeObject.objects.filter(pk__in=keys[start:start + self.batch_rows]).only("data"):
-                answer = redact_again.node(row.data, self.rules)
+                answer = self._node(row)
                 if answer is not None:
                     updates.append((row.pk, {"data": answer[0]}))
                     self.tally.changed[f"{name}.data"] += 1
