@@ -383,6 +383,10 @@ def _no_sessions_left_at_teardown(django_db_setup, django_db_blocker):
 
     if connection.vendor != "postgresql":
         return
+    from django.db.backends.base.creation import TEST_DATABASE_PREFIX
+
+    if not connection.settings_dict["NAME"].startswith(TEST_DATABASE_PREFIX):
+        return  # no test of this run used the database, so none was made (running one file alone)
     import gc
 
     gc.collect()
