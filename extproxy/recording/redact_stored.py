@@ -75,9 +75,6 @@ class Tally:
     changed: Counter = field(default_factory=Counter)  # "table.field" -> rows whose field changed
     failed: Counter = field(default_factory=Counter)  # table -> rows that could not be redacted
 
-    def rows_changed(self, table: str) -> int:
-        return sum(n for key, n in self.changed.items() if key.startswith(table + "."))
-
 
 class RedactionRun:
     """One run over the record: `run` (the node store judged, each table, the node store written)."""

@@ -35,13 +35,14 @@ class Command(BaseCommand):
         config = load_config(settings.EXTPROXY_CONFIG or None)
         tables = record_tables() + (Table(SchedulerEvent, texts=(("message", MESSAGE_MAX),)),)
         shown = [0.0]
+        doing = "to change" if options["dry_run"] else "redacted"
 
         def progress(tally: Tally) -> None:
             now = time.monotonic()
             if now - shown[0] >= 0.2:
                 shown[0] = now
                 sys.stderr.write(f"\r{sum(tally.examined.values())} rows read, "
-                                 f"{sum(tally.changed.values())} fields redacted")
+                                 f"{sum(tally.changed.values())} fields {doing}")
                 sys.stderr.flush()
 
         run = RedactionRun(config.redaction, dry_run=options["dry_run"], progress=progress)
