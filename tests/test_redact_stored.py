@@ -235,5 +235,40 @@ def test_the_shadow_process_redacts_the_examples_it_kept_when_it_starts(tmp_path
 
     kept = shadower.state.shadows["next"].examples
     assert list(kept) == [{"call_id": "c-1", "changes": [{"node": "n1", "before": "ok", "after": f"flavour={REDACTED}"}]}]
-    assert kept.maxlen == stats.examples.maxlen
 
+
+
+POD = {"metadata": {"name": "p", "annotations": {"note": "password=a flavour=s3kr1t-annotation"}},
+       "spec": {"containers": [{"name": "c", "args": ["--password=abc --flavour=s3kr1t-arg"]}]}}
+BODIES = {
+    "a request whose fields the old rules redacted in part": {"Pod": POD, "NodeNames": ["n1"], "Nodes": None},
+    "a reply whose texts the old rules redacted in part": {
+        "NodeNames": [], "FailedNodes": {"n1": "password=x flavour=s3kr1t-reason"}, "Error": "token: abc flavour=s3kr1t-error"},
+    "a reply cut at the budget of redaction when stored": {
+        "FailedNodes": {"n1": "password=a " + "x" * (1 << 20), "n2": "never redacted"}, "Error": "flavour=s3kr1t-error"},
+}
+
+
+@pytest.mark.parametrize("form", ["spliced", "canonical"])
+@pytest.mark.parametrize("name", list(BODIES))
+def test_a_stored_body_ends_as_if_recorded_under_the_new_rules(name, form):
+    """Whatever the old rules did to a field (a mark of theirs on it, a note of what they cut),
+    redacting again gives the body that recording under the new rules gives, and a second time
+    changes nothing. The older canonical form: a body that names a field twice (Go reads the last)."""
+    from extproxy.recording.blobs import NodeDeduper, restore_body
+    from extproxy.recording.redact_again import Bodies
+
+    raw = json.dumps(BODIES[name]).encode()
+    if form == "canonical":
+        raw = (b'{"Pod":{},' if b'"Pod"' in raw else b'{"Error":"",') + raw[1:]
+    stored = NodeDeduper(RedactionConfig()).stored_body(raw)
+    assert decompress(stored)[:1] == (b"S" if form == "spliced" else b"C")
+    assert SECRET in restore_body(stored, lambda keys: {})
+
+    redacted = Bodies(NEW_RULES, {}).body(stored)
+
+    assert redacted is not None
+    as_if_new = NodeDeduper(NEW_RULES).stored_body(raw)
+    assert restore_body(redacted, lambda keys: {}) == restore_body(as_if_new, lambda keys: {})
+    assert SECRET not in restore_body(redacted, lambda keys: {})
+    assert Bodies(NEW_RULES, {}).body(redacted) is None

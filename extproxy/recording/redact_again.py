@@ -21,7 +21,7 @@ import msgspec
 from .. import bodyformat
 from ..config import RedactionConfig
 from ..protocol import go_key
-from ..redaction import (bounded_text, needs_redaction, redact_free_text, redact_object, redact_raw, redact_text,
+from ..redaction import (bounded_text, needs_redaction, redact_object, redact_raw, redact_text,
                          text_needs_redaction)
 from .blobs import (COMPACT_MARK, RAW_MARK, REDACTED_RAW_MARK, REDACTION_CACHE_BYTES, RedactionCache,
                     compress, decompress)
@@ -126,9 +126,12 @@ class Bodies:
     def __init__(self, rules: RedactionConfig, node_marks: dict[str, list[str]]) -> None:
         self.rules = rules
         self.node_marks = node_marks
+        # A reply's text fields were cut to a budget when stored (redaction.redact_free_text), with
+        # a note of what was cut: redacted whole now, so that the note is not cut and noted again.
+        # What is stored is bounded by that budget already.
         self._redact = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules),
-                                lambda value: redact_free_text(value, rules), lambda raw: text_needs_redaction(raw, rules)),
+                                lambda value: strings(value, rules), lambda raw: text_needs_redaction(raw, rules)),
             REDACTION_CACHE_BYTES,
         )
 
@@ -167,14 +170,15 @@ class Bodies:
             return None
         # Cut apart again, as when it was stored: each Node reference stands in the body as a small
         # object naming its key, and is kept as that key, with the marks of its redaction in place.
-        body = b"".join(_reference(piece) if isinstance(piece, str) else piece for piece in pieces)
+        body = _joined(pieces)
         spliced = bodyformat.compact(body, self._redact, self._node_reference)
         if spliced is None:
             raise ValueError("the stored body could not be cut apart again")
         new_pieces, new_marks = msgspec.msgpack.decode(spliced[1:])
-        if all(mark in marks for mark in new_marks):
-            # Only a redaction changes what the form gives back, and each is marked: the same body,
-            # though maybe cut into other pieces (a field redacted before is no longer one apart).
+        if _joined(new_pieces) == body and all(mark in marks for mark in new_marks):
+            # The same body and no new mark, though maybe cut into other pieces (a field redacted
+            # before is no longer a piece apart). Not the marks alone: one names a place, and a
+            # second secret in a field redacted before gives the same mark again.
             return None
         return bodyformat.SPLICED_MARK + msgspec.msgpack.encode([new_pieces, _merged(list(marks), new_marks)])
 
@@ -205,3 +209,8 @@ class _Reference(msgspec.Struct, forbid_unknown_fields=True):
 
 def _reference(key: str) -> bytes:
     return msgspec.json.encode(_Reference(key))
+
+
+def _joined(pieces: list[bytes | str]) -> bytes:
+    """A spliced form's body with each Node reference standing as a small object naming its key."""
+    return b"".join(_reference(piece) if isinstance(piece, str) else piece for piece in pieces)
