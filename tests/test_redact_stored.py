@@ -42,7 +42,8 @@ def full_object_request() -> tuple[bytes, dict]:
     request["Pod"]["metadata"]["annotations"] = {"acme.io/flavour": "s3kr1t-pod-annotation", "team": "ml"}
     request["Pod"]["spec"]["containers"][0]["args"] = ["--flavour=s3kr1t-pod-arg", "--epochs=40"]
     request["Pod"]["spec"]["containers"][0]["env"] = [{"name": "HOST", "value": "db-host-1"}]  # redacted when stored
-    request["Nodes"]["items"][1]["metadata"]["annotations"]["acme.io/flavour"] = "s3kr1t-node-annotation"
+    for node in (1, 3):
+        request["Nodes"]["items"][node]["metadata"]["annotations"]["acme.io/flavour"] = f"s3kr1t-node-annotation-{node}"
     return json.dumps(request).encode(), request
 
 
@@ -51,7 +52,8 @@ def redacted_as_the_new_rules_would(request: dict) -> dict:
     expected["Pod"]["metadata"]["annotations"]["acme.io/flavour"] = REDACTED
     expected["Pod"]["spec"]["containers"][0]["args"][0] = f"--flavour={REDACTED}"
     expected["Pod"]["spec"]["containers"][0]["env"][0]["value"] = REDACTED
-    expected["Nodes"]["items"][1]["metadata"]["annotations"]["acme.io/flavour"] = REDACTED
+    for node in (1, 3):
+        expected["Nodes"]["items"][node]["metadata"]["annotations"]["acme.io/flavour"] = REDACTED
     return expected
 
 
@@ -163,7 +165,8 @@ def test_a_rule_added_later_redacts_every_record_already_kept(backend_server, pr
     marks = restored.headers["X-Extproxy-Marks"]
     for mark in ("Pod.spec.containers[0].env[0].value redacted",  # when it was stored: kept
                  "Pod.metadata.annotations['acme.io/flavour'] redacted", "Pod.spec.containers[0].args[0] redacted",
-                 "Nodes.items[1].metadata.annotations['acme.io/flavour'] redacted"):
+                 "Nodes.items[1].metadata.annotations['acme.io/flavour'] redacted",
+                 "Nodes.items[3].metadata.annotations['acme.io/flavour'] redacted"):
         assert mark in marks
     reasons = {d["node"]: d["reason"] for d in admin_client.get(server.url + f"/api/calls/{full.pk}/").json()["decisions"]
                if d["result"] != "passed"}
@@ -174,7 +177,7 @@ def test_a_rule_added_later_redacts_every_record_already_kept(backend_server, pr
         response = client.get(page)
         assert response.status_code == 200 and SECRET not in response.content, page
     event = AuditEvent.objects.get(action="records-redacted")
-    assert event.detail["changed"]["extproxy.NodeObject.data"] == 1 and event.detail["failed"] == {}
+    assert event.detail["changed"]["extproxy.NodeObject.data"] == 2 and event.detail["failed"] == {}
 
     again = StringIO()
     call_command("redact", stdout=again)
@@ -184,20 +187,61 @@ def test_a_rule_added_later_redacts_every_record_already_kept(backend_server, pr
 
 
 def test_every_row_is_read_once_whatever_the_batches(backend_server, proxy, write_config, admin_client, monkeypatch):
-    """Batches of 2 rows, 1 byte (each row alone, being larger) and 3 keys a page: the run reads
-    and redacts each row once, as one run in large batches does."""
+    """Batches of 2 rows, 1 byte (each row alone, being larger), 3 keys a page and one changed Node
+    object held at a time (so the bodies are read again to mark the second): each row is read and
+    redacted once, as one run in large batches does. A call recorded meanwhile is not read."""
     from extproxy.models import BackendCall, Call
 
-    server, _ = record_a_secret_everywhere(backend_server, proxy, write_config)
+    server, request = record_a_secret_everywhere(backend_server, proxy, write_config)
     monkeypatch.setattr(redact_stored, "_KEYS_AT_ONCE", 3)
+    monkeypatch.setattr(redact_stored, "NODE_MARKS_MAX", 1)
     pages = []
-    tally = RedactionRun(NEW_RULES, batch_rows=2, batch_bytes=1, progress=lambda t: pages.append(1)).run(record_tables())
 
-    assert tally.examined["extproxy.Call"] == Call.objects.count() == 7
+    def progress(tally) -> None:
+        if not pages:  # a call recorded after the run began (under the new rules by then)
+            Call.objects.create(verb="bind", backend="gpu", started_at=timezone.now(), finished_at=timezone.now(),
+                                outcome="ok", error="recorded meanwhile")
+        pages.append(1)
+
+    tally = RedactionRun(NEW_RULES, batch_rows=2, batch_bytes=1, progress=progress).run(record_tables())
+
+    assert tally.examined["extproxy.Call"] == 7 and Call.objects.count() == 8
     assert tally.examined["extproxy.BackendCall"] == BackendCall.objects.count() == 3
-    assert len(pages) >= 9  # a batch at a time
+    assert tally.changed["extproxy.NodeObject.data"] == 2 and tally.passes == 2 and len(pages) >= 9
+    full = Call.objects.filter(verb="filter").order_by("pk").first()
+    restored = admin_client.get(server.url + f"/api/calls/{full.pk}/request")
+    assert json.loads(restored.content) == redacted_as_the_new_rules_would(request)
+    assert "Nodes.items[1]" in restored.headers["X-Extproxy-Marks"] and "Nodes.items[3]" in restored.headers["X-Extproxy-Marks"]
     assert SECRET not in everything_stored(admin_client, server).replace(b"s3kr1t-event", b"")
     assert RedactionRun(NEW_RULES).run(record_tables()).changed == {}
+
+
+def test_a_batch_the_database_refuses_is_tried_again_then_counted(backend_server, proxy, write_config, admin_client,
+                                                                 monkeypatch):
+    from django.db import OperationalError
+
+    from extproxy.models import Call
+
+    server, _ = record_a_secret_everywhere(backend_server, proxy, write_config)
+    monkeypatch.setattr(redact_stored.time, "sleep", lambda seconds: None)
+    refusals = {"left": 2}
+    update = RedactionRun._update
+
+    def refuse_twice(model, updates):
+        if refusals["left"]:
+            refusals["left"] -= 1
+            raise OperationalError("database is locked")
+        update(model, updates)
+
+    monkeypatch.setattr(RedactionRun, "_update", staticmethod(refuse_twice))
+    tally = RedactionRun(NEW_RULES).run(record_tables())
+    assert refusals["left"] == 0 and tally.failed == {}
+    assert SECRET not in everything_stored(admin_client, server).replace(b"s3kr1t-event", b"")
+
+    refusals["left"] = 99  # every attempt: the batch is counted, the run goes on
+    Call.objects.filter(verb="bind").update(error="flavour=s3kr1t-again")
+    tally = RedactionRun(NEW_RULES).run(record_tables())
+    assert tally.failed == {"extproxy.Call": 2} and tally.changed["extproxy.Call.error"] == 2
 
 
 def test_a_row_that_cannot_be_read_is_counted_and_the_rest_redacted(backend_server, proxy, write_config,
@@ -217,7 +261,7 @@ def test_a_row_that_cannot_be_read_is_counted_and_the_rest_redacted(backend_serv
         call_command("redact", stdout=out)
 
     assert "extproxy.Call: 7 read" in out.getvalue() and "1 could not be redacted" in out.getvalue()
-    assert "extproxy.NodeObject: 5 read, changed: data 1; 1 could not be redacted" in out.getvalue()
+    assert "extproxy.NodeObject: 5 read, changed: data 2; 1 could not be redacted" in out.getvalue()
     rest = Call.objects.exclude(pk=broken.pk)
     assert all(SECRET not in decompress(bytes(c.request_body)) + decompress(bytes(c.response_body)) for c in rest)
     assert SECRET not in Call.objects.get(pk=broken.pk).error.encode()  # its other fields: redacted all the same

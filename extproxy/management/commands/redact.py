@@ -15,6 +15,7 @@ import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from dashboard.kubewatch import MESSAGE_MAX
 from dashboard.models import SchedulerEvent
@@ -47,7 +48,10 @@ class Command(BaseCommand):
 
         run = RedactionRun(config.redaction, dry_run=options["dry_run"], progress=progress)
         started = time.monotonic()
-        tally = run.run(tables)
+        try:
+            tally = run.run(tables)
+        except DatabaseError as exc:
+            raise CommandError(f"the database failed ({exc}); what was written stays: run the command again") from exc
         sys.stderr.write("\n")
         verb = "would change" if options["dry_run"] else "changed"
         names = [table.name for table in tables] + ["extproxy.NodeObject"]
