@@ -11,6 +11,9 @@ import os
 import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "extproxy.settings")
+# Before settings are read: this process serves, and on PostgreSQL takes its connections from a
+# pool (settings._pool_options). Where settings were read before (tests serving in-process), not.
+sys.modules["extproxy"].SERVING_PROCESS = True  # type: ignore[attr-defined]
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 
