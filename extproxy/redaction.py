@@ -106,6 +106,18 @@ def bounded_text(text: str, rules: RedactionConfig, limit: int, margin: int | No
     return redact_text(text[: limit + (limit if margin is None else margin)], rules)[:limit]
 
 
+def redact_strings(value: Any, rules: RedactionConfig) -> Any:
+    """Every string in a decoded JSON value redacted as free text, whole (a replay's diff, the
+    shadow's examples, a stored reply's text fields: each bounded when it was made)."""
+    if isinstance(value, str):
+        return redact_text(value, rules)
+    if isinstance(value, list):
+        return [redact_strings(item, rules) for item in value]
+    if isinstance(value, dict):
+        return {key: redact_strings(item, rules) for key, item in value.items()}
+    return value
+
+
 # Of one free-text field of a body (a reply's Error, its FailedNodes reasons), characters
 # redacted at most (three such fields: 3 MiB a body, as RAW_REDACT_MAX bounds raw bytes): a
 # backend may fill a 64 MiB reply with reasons that look secret, and the patterns cost 0.1-0.5 s

@@ -122,9 +122,9 @@ def _database_from_url(url: str) -> dict:
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
         # Not kept between requests. Under ASGI each request's database work runs in a thread of
-        # its own, and a connection kept open for reuse there is never reused: with 60 s, 100
-        # API requests within a minute held 98 connections and PostgreSQL refused the next
-        # client ("too many clients", the default max_connections is 100). The long-running
+        # its own, and a connection kept open for reuse there is never reused: with 60 s, a test
+        # server's API requests held up to 98 connections and PostgreSQL refused the next client
+        # ("too many clients", the default max_connections is 100). The long-running
         # loops (recorder, shadow, roll-up) keep theirs: nothing closes it between their batches.
         "CONN_MAX_AGE": 0,
         "OPTIONS": _pool_options(),

@@ -34,9 +34,8 @@ import msgspec
 from .backends import Backend, build_backend
 from .config import RedactionConfig
 from .protocol import Verb
-from .recording.redact_again import strings
 from .recording.rows import MAX_ERROR_TEXT, judge, stored_decisions
-from .redaction import bounded_text
+from .redaction import bounded_text, redact_strings
 from .recording.spool_reader import SpoolTail, TailItem
 from .recording.trace import GAP_RECORD_START, Trace, UnreadableRecord, decode_trace, inflate_record
 from .replay import diff as diffs
@@ -162,7 +161,7 @@ class Shadower:
         self.clock = clock
         self.state: ShadowState = load_state(self.root)
         for stats in self.state.shadows.values():  # kept under the rules of an earlier start, maybe
-            stats.examples = deque(strings(list(stats.examples), self.redaction), maxlen=stats.examples.maxlen)
+            stats.examples = deque(redact_strings(list(stats.examples), self.redaction), maxlen=stats.examples.maxlen)
         for primary, backends in shadows.items():
             for backend in backends:
                 self.state.stats(backend.name, primary)

@@ -21,7 +21,7 @@ import msgspec
 from .. import bodyformat
 from ..config import RedactionConfig
 from ..protocol import go_key
-from ..redaction import (bounded_text, needs_redaction, redact_object, redact_raw, redact_text,
+from ..redaction import (bounded_text, needs_redaction, redact_object, redact_raw, redact_strings,
                          text_needs_redaction)
 from .blobs import (COMPACT_MARK, RAW_MARK, REDACTED_RAW_MARK, REDACTION_CACHE_BYTES, RedactionCache,
                     compress, decompress)
@@ -76,18 +76,6 @@ def decisions(blob: bytes, rules: RedactionConfig) -> bytes | None:
     return compress(msgspec.json.encode(kept))
 
 
-def strings(value: Any, rules: RedactionConfig) -> Any:
-    """Every string in a decoded JSON value redacted as free text (a replay's diff, the shadow's
-    examples: both quote the reasons and errors of two sides, bounded when they were made)."""
-    if isinstance(value, str):
-        return redact_text(value, rules)
-    if isinstance(value, list):
-        return [strings(item, rules) for item in value]
-    if isinstance(value, dict):
-        return {key: strings(item, rules) for key, item in value.items()}
-    return value
-
-
 def replay_diff(blob: bytes, rules: RedactionConfig) -> bytes | None:
     """A replay's stored diff (compressed JSON) with every string in it redacted."""
     if not blob:
@@ -96,7 +84,7 @@ def replay_diff(blob: bytes, rules: RedactionConfig) -> bytes | None:
     if not text_needs_redaction(data, rules):
         return None
     before = msgspec.json.decode(data)
-    after = strings(before, rules)
+    after = redact_strings(before, rules)
     return None if after == before else compress(msgspec.json.encode(after))
 
 
@@ -131,7 +119,7 @@ class Bodies:
         # What is stored is bounded by that budget already.
         self._redact = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules),
-                                lambda value: strings(value, rules), lambda raw: text_needs_redaction(raw, rules)),
+                                lambda value: redact_strings(value, rules), lambda raw: text_needs_redaction(raw, rules)),
             REDACTION_CACHE_BYTES,
         )
 
