@@ -33,6 +33,8 @@ from .. import protocol
 from ..bodies import request_of
 from ..config import BackendConfig, ProxyConfig, RedactionConfig
 from ..recorder import AttemptTracker, NodeDeduper, build_call, compress
+from ..recording.rows import MAX_ERROR_TEXT
+from ..redaction import bounded_text
 from . import diff as diffs
 from .modes import in_mode
 from .targets import CaptureRecorder, TargetError, base_backend, replacing
@@ -199,7 +201,9 @@ def select_calls(selector: dict[str, Any]):
 
 
 def store(result: Result, run, nodes: NodeDeduper) -> Any:
-    """Record the replay (linked to its original) and its ReplayItem, in one transaction."""
+    """Record the replay (linked to its original) and its ReplayItem, in one transaction.
+    The item's error is redacted and bounded as a call's is: it can quote a target's URL with
+    its password, or an exception's text of any length."""
     from django.db import transaction
 
     from ..models import BackendCall, Call, NodeObject, ReplayItem
@@ -227,7 +231,7 @@ def store(result: Result, run, nodes: NodeDeduper) -> Any:
             changed=bool(result.diff and result.diff.changed),
             kinds=sorted(result.diff.kinds) if result.diff else [],
             diff_blob=compress(msgspec.json.encode(diff_json)) if diff_json else b"",
-            error=result.error,
+            error=bounded_text(result.error, nodes.rules, MAX_ERROR_TEXT),
         )
     return replay
 
@@ -257,8 +261,10 @@ class Progress:
             return
         self._saved = time.monotonic()
         self.run.counts = dict(self.counts)
-        self.run.save(update_fields=["done", "changed", "errors", "skipped", "counts", "total", "status",
-                                     "started_at", "finished_at", "error"])
+        fields = ["done", "changed", "errors", "skipped", "counts", "total", "status", "started_at", "finished_at"]
+        # The run's error is written only once it has one: a save from memory while the run
+        # goes on would undo what `manage.py redact` wrote to the field meanwhile.
+        self.run.save(update_fields=fields + ["error"] if self.run.error else fields)
 
 
 def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Result], None] | None = None) -> None:
@@ -292,7 +298,8 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
         run.status = "done"
     except Exception as exc:  # the run ends, its progress so far stays; the process goes on
         log.exception("replay run %s failed", run.pk)
-        run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
+        run.status = "failed"
+        run.error = bounded_text(f"{type(exc).__name__}: {exc}", config.redaction, MAX_ERROR_TEXT)
     finally:
         replayer.close()
         run.finished_at = timezone.now()
