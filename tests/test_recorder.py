@@ -20,7 +20,7 @@ from extproxy.recording.local import LocalRecorder
 from extproxy.recording.rows import MAX_ERROR_TEXT, MAX_FINDING_TEXT, MAX_FINDINGS, build_or_raw
 from extproxy.recording.spool import SpoolSettings
 from extproxy.recording.trace import encode_trace
-from extproxy.recording.writer import Drainer
+from extproxy.recording.writer import DATABASE_ERROR_TEXT, Drainer
 from tests.conftest import fixture_bytes
 
 def make_trace(verb: str = "filter", body: bytes | None = None, response: bytes | None = None, **fields) -> Trace:
@@ -120,11 +120,14 @@ def test_it_retries_a_batch_when_the_database_fails(transactional_db, tmp_path, 
     drainer = Drainer(tmp_path / "spool", RecordingConfig(batch_size=10), RedactionConfig())
     real = drainer.writer.store
     failures = {"left": 2}
+    seen = []
 
     def flaky(*rows):
         if failures["left"]:
+            if failures["left"] == 1:  # what the first failure left for /readyz
+                seen.append(read_recorder_counters(tmp_path / "spool")["database"])
             failures["left"] -= 1
-            raise RuntimeError("database is locked")
+            raise RuntimeError("database is locked; password=hunter2 " + "x" * 5000)  # a driver may quote anything
         return real(*rows)
 
     monkeypatch.setattr(drainer.writer, "store", flaky)
@@ -134,6 +137,11 @@ def test_it_retries_a_batch_when_the_database_fails(transactional_db, tmp_path, 
     assert Call.objects.count() == 5 and failures["left"] == 0 and drainer.counters.write_errors == 2
     assert NodeObject.objects.count() == 5  # the failed attempts' nodes were stored on retry
     assert drainer.reader.read(10, 1 << 20).entries == []  # committed: nothing left to read
+    failing = seen[0]
+    assert failing["ok"] is False and failing["failing_since"] <= time.time()
+    assert failing["error"].startswith("RuntimeError: database is locked; password=[redacted] xxx")
+    assert "hunter2" not in failing["error"] and len(failing["error"]) == DATABASE_ERROR_TEXT
+    assert read_recorder_counters(tmp_path / "spool")["database"] == {"ok": True, "failing_since": None, "error": ""}
 
 
 def test_it_leaves_a_batch_in_the_spool_when_stopped_while_the_database_fails(transactional_db, tmp_path, monkeypatch):

@@ -188,3 +188,43 @@ def test_it_records_undecodable_requests_raw_and_counts_them(install):
         empty_pods = conn.execute("SELECT count(*) FROM extproxy_call WHERE pod_name = '' AND outcome = 'error'").fetchone()[0]
     assert {f["kind"] for f in findings} == {"undecodable-request"} and all(f["detail"] for f in findings)
     assert empty_pods == len(UNDECODABLE)
+
+
+def readyz(inst: Installation) -> dict:
+    """/readyz, which must answer 200 whatever the database does: it puts the pod in the Service
+    kube-scheduler calls."""
+    response = requests.get(f"{inst.url}/readyz", timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_database(inst: Installation, ok: bool, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while (ready := readyz(inst))["recording"]["database"]["ok"] is not ok:
+        assert time.monotonic() < deadline, ready
+        time.sleep(0.2)
+    return ready
+
+
+def test_it_stays_ready_through_a_postgresql_outage_and_says_the_database_fails(install, postgres):
+    inst = install(postgres.url)
+    inst.start_recorder()
+    inst.start_serving()
+    wait_database(inst, ok=True)  # the recorder reached it when it started
+    postgres.stop()
+    # No call comes meanwhile: the idle recorder's heartbeat finds the outage.
+    down = wait_database(inst, ok=False)
+    assert down["ready"] is True and down["recording"]["database"]["error"]
+    assert down["recording"]["database"]["failing_since"] <= time.time()
+    metrics = inst.metrics()
+    assert metrics["extproxy_recorder_database_up"] == 0 and metrics["extproxy_recorder_database_failing_seconds"] > 0
+    load = Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=4).run(300)
+    answered = load.answered
+    assert answered >= 300 and load.failed == 0  # served meanwhile, into the spool
+    assert readyz(inst)["recording"]["database"]["ok"] is False  # the batch's failed write says so too
+    postgres.start()
+    wait_database(inst, ok=True)
+    inst.wait_drained()
+    assert stored_calls(inst) == (answered, answered)
+    metrics = inst.metrics()
+    assert metrics["extproxy_recorder_database_up"] == 1 and metrics["extproxy_recorder_database_failing_seconds"] == 0

@@ -115,6 +115,7 @@ class RecordingCollector:
             return
         status = recorder.status()
         theirs = read_recorder_counters(recorder.spool.root)
+        database = theirs.get("database") or {}
         gauges = [
             ("extproxy_recorder_queue_depth", "Calls answered and not yet in the spool (put aside on the serving "
              "loop, in the hand-off, or being written).", recorder.unspooled),
@@ -128,6 +129,12 @@ class RecordingCollector:
             ("extproxy_spool_full", "1 while calls are dropped at EXTPROXY_SPOOL_MAX_BYTES (alarm).", int(recorder.spool_full)),
             ("extproxy_recorder_heartbeat_age_seconds", "Seconds since the recorder process last reported (-1: never).",
              (time.time() - theirs["updated_at"]) if "updated_at" in theirs else -1),
+            ("extproxy_recorder_database_up", "1 while the recorder process writes to (or, idle, reaches) the "
+             "database, 0 while it fails (alarm: calls wait in the spool), -1 before it has tried.",
+             -1 if database.get("ok") is None else int(bool(database["ok"]))),
+            ("extproxy_recorder_database_failing_seconds", "Seconds the database has failed the recorder process "
+             "without a break (0 while it works).",
+             (time.time() - database["failing_since"]) if database.get("failing_since") else 0),
         ]
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=value)
@@ -176,6 +183,8 @@ def readiness(recorder: Any) -> dict[str, Any]:
         "handoff_depth": recorder.queued,
         "dropped": {k: v for k, v in all_drops(recorder, theirs).items() if v},
         "recorder_heartbeat_age_seconds": round(time.time() - theirs["updated_at"], 3) if "updated_at" in theirs else None,
+        # As the recorder process last found it: serving does not depend on it (calls wait in the spool).
+        "database": theirs.get("database") or {"ok": None, "failing_since": None, "error": ""},
     }
 
 

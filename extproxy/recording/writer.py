@@ -11,22 +11,22 @@ This is the only writer of call records. Must not run in the serving process.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection
 
 from ..config import RecordingConfig, RedactionConfig, RetentionConfig
 from ..gaps import note_drops
 from ..nodeindex import NodeSets
+from ..redaction import bounded_text
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compress, nodes_carried
 from .bulk import insert_rows
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
+from .counters import Counters
 from .observe import write_recorder_counters
 from .spool_reader import ReadResult, SpoolReader
 from .trace import Trace, UnreadableRecord, decode_record, record_size
@@ -34,6 +34,9 @@ from .trace import Trace, UnreadableRecord, decode_record, record_size
 log = logging.getLogger(__name__)
 
 HEARTBEAT = 5.0  # seconds between counter saves while idle (the serving side reads their age)
+# Characters kept of the last database error in the counters (shown on /readyz): a driver's
+# message can quote the rows it refused, so it is redacted and cut like a call's error.
+DATABASE_ERROR_TEXT = 1024
 BATCH_BYTES = 64 << 20  # decoded payload bytes read per batch at most (besides recording.batchSize)
 
 
@@ -176,26 +179,6 @@ class BatchWriter:
         return self.store(*self.build(traces))
 
 
-@dataclass
-class Counters:
-    """The recorder process's counters, mirrored to recorder.json for the serving /metrics."""
-
-    written: int = 0
-    raw: int = 0
-    batches: int = 0
-    write_errors: int = 0
-    nodes_stored_again: int = 0  # BatchWriter.nodes_stored_again
-    dropped: dict[str, int] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=dict)  # "backend verb outcome" -> count
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "pid": os.getpid(), "updated_at": time.time(), "written": self.written, "raw": self.raw,
-            "batches": self.batches, "write_errors": self.write_errors, "nodes_stored_again": self.nodes_stored_again,
-            "dropped": self.dropped, "calls": self.calls,
-        }
-
-
 class Drainer:
     """Spool -> database, batch after batch, until stopped."""
 
@@ -230,6 +213,7 @@ class Drainer:
         `until_idle` may also be switched on while running (a SIGTERM handler does).
         """
         self.until_idle = self.until_idle or until_idle
+        self._check_database()
         self._save_counters()
         while not self.stop.is_set():
             self._maybe_prune()
@@ -237,6 +221,7 @@ class Drainer:
                 if self.until_idle:
                     return
                 if time.monotonic() - self._saved >= HEARTBEAT:
+                    self._check_database()
                     self._save_counters()
                 self.stop.wait(self.recording.flush_interval)
 
@@ -298,9 +283,12 @@ class Drainer:
         delay = 0.1
         while True:
             try:
-                return self.writer.store(built, new_nodes, used, gaps)
+                summaries = self.writer.store(built, new_nodes, used, gaps)
+                self.counters.database_works()  # saved with the batch's counts
+                return summaries
             except Exception as exc:  # the database is down or refused the batch: keep it, retry
                 self.counters.write_errors += 1
+                self.counters.database_fails(self._error_text(exc))
                 self._save_counters()
                 log.error("recorder: writing %d calls failed (%s); retrying in %.1fs", len(built), exc, delay)
                 try:
@@ -311,6 +299,25 @@ class Drainer:
                 if self.stop.wait(delay):
                     return None
                 delay = min(delay * 2, 5.0)
+
+    def _check_database(self) -> None:
+        """While idle, a `SELECT 1` each heartbeat, so that /readyz and /metrics tell an
+        outage before the next call has to be written."""
+        from django.db import connection
+
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            self.counters.database_works()
+        except Exception as exc:
+            self.counters.database_fails(self._error_text(exc))
+            try:
+                connection.close()  # a broken connection is opened again at the next try
+            except Exception:
+                pass
+
+    def _error_text(self, exc: BaseException) -> str:
+        return bounded_text(f"{type(exc).__name__}: {exc}".strip(), self.writer.redaction, DATABASE_ERROR_TEXT)
 
     def _count(self, summaries: list[dict[str, Any]], raw: int) -> None:
         c = self.counters

@@ -1,0 +1,44 @@
+"""The recorder process's counters: what it wrote, dropped and failed, and the database as it
+last found it. Mirrored to recorder.json in the spool directory after each batch and each
+heartbeat, which is how they reach the serving process's /metrics and /readyz."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Counters:
+    """The recorder process's counters, mirrored to recorder.json for the serving /metrics."""
+
+    written: int = 0
+    raw: int = 0
+    batches: int = 0
+    write_errors: int = 0
+    nodes_stored_again: int = 0  # BatchWriter.nodes_stored_again
+    dropped: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)  # "backend verb outcome" -> count
+    # The database as the recorder last found it (a batch written or refused; a check while
+    # idle): None until it has tried, then ok, or failing since a time with the last error.
+    database_ok: bool | None = None
+    database_failing_since: float | None = None
+    database_error: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(), "updated_at": time.time(), "written": self.written, "raw": self.raw,
+            "batches": self.batches, "write_errors": self.write_errors, "nodes_stored_again": self.nodes_stored_again,
+            "dropped": self.dropped, "calls": self.calls,
+            "database": {"ok": self.database_ok, "failing_since": self.database_failing_since,
+                         "error": self.database_error},
+        }
+
+    def database_works(self) -> None:
+        self.database_ok, self.database_failing_since, self.database_error = True, None, ""
+
+    def database_fails(self, error: str) -> None:
+        if self.database_ok is not False:
+            self.database_failing_since = time.time()
+        self.database_ok, self.database_error = False, error
