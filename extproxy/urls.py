@@ -6,6 +6,9 @@ from django.urls import include, path
 from . import health
 from .throttling import throttle_logins
 
+# A request that fails on the database answers 503 saying so (database_down.py).
+handler500 = "extproxy.database_down.server_error"
+
 urlpatterns = [
     path("healthz", health.healthz),
     path("readyz", health.readyz),

@@ -1,0 +1,71 @@
+"""The answer while the database is away: a 503 that says so, not a 500 and a traceback a request.
+
+Every page and API call reads the database; the extender endpoints do not (their calls wait in
+the spool until the recorder can write them). When a request fails on the database (refused,
+cut off, locked past SQLite's busy timeout, or no pooled connection within
+EXTPROXY_DB_POOL_TIMEOUT), `server_error`, the project's handler500, answers 503 with
+Retry-After: `{"detail": ...}` for the API, a short page for the rest, saying the scheduler is
+still served. Any other failure is Django's plain 500. `OutageLogFilter`, on the django.request
+logger, turns the traceback Django logs for each such request into one line a minute.
+
+Only OperationalError and InterfaceError count: an IntegrityError or ProgrammingError is a bug,
+not an outage, and keeps its traceback.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from html import escape
+
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import server_error as plain_server_error
+
+from .ratelog import RateLimitedLog
+
+OUTAGE = (OperationalError, InterfaceError)
+RETRY_AFTER = "5"  # seconds: the pool's wait, and about how soon a restarted database takes connections
+
+_log = RateLimitedLog(logging.getLogger("extproxy.database"), interval=60.0)
+
+
+def _waiting() -> str:
+    """What the spool holds, for the page (the serving process knows it without the database)."""
+    try:
+        from .engine import get_engine
+
+        return f" ({get_engine().recorder.status().depth} calls waiting now)"
+    except Exception:  # the page is answered without it
+        return ""
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    exc = sys.exc_info()[1]
+    if not isinstance(exc, OUTAGE):
+        return plain_server_error(request)
+    reason = f"the database is unavailable ({type(exc).__name__})"
+    said = ("Calls from kube-scheduler are still served; they wait in the spool and are recorded "
+            f"when the database is back{_waiting()}.")
+    if request.path.startswith("/api/"):
+        response: HttpResponse = JsonResponse({"detail": f"{reason}. {said}"}, status=503)
+    else:
+        response = HttpResponse(
+            "<!doctype html>\n<html lang=\"en\"><head><title>Database unavailable (503)</title></head><body>"
+            f"<h1>Database unavailable</h1><p>{escape(reason.capitalize())}. {escape(said)}</p>"
+            "<p>This page will work again once it is back.</p></body></html>\n",
+            status=503, content_type="text/html; charset=utf-8")
+    response["Retry-After"] = RETRY_AFTER
+    return response
+
+
+class OutageLogFilter(logging.Filter):
+    """Drops django.request's record (and traceback) of a request that failed on the database,
+    and writes one line a minute instead, with how many were left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, OUTAGE):
+            return True
+        _log.emit(logging.WARNING, "outage", "requests answered 503: database unavailable (%s: %s)",
+                  type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+        return False

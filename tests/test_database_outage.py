@@ -1,0 +1,108 @@
+"""What the dashboard and the API answer while the database is away, with the real serving and
+recorder processes on a throwaway PostgreSQL server: a 503 that says so (JSON for the API, a
+page for the dashboard), one log line rather than a traceback a request, the extender served
+meanwhile, and every page working again as soon as the database is back."""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import psycopg
+import pytest
+import requests
+from django.db import IntegrityError, InterfaceError, OperationalError
+
+from extproxy.database_down import OutageLogFilter, server_error
+
+from tests.conftest import fixture_bytes, pass_all
+from tests.processes import Postgres
+from tests.test_replay import NAMES
+from tests.test_replay_recovery import installation_with_admin
+
+pytestmark = pytest.mark.timeout(300)
+
+OUTAGE_SECONDS = 10
+
+
+@pytest.fixture
+def postgres():
+    cluster = Postgres()
+    yield cluster
+    cluster.close()
+
+
+def logged_in(url: str) -> requests.Session:
+    browser = requests.Session()
+    browser.get(f"{url}/accounts/login/", timeout=10)
+    answer = browser.post(f"{url}/accounts/login/", timeout=10, allow_redirects=False, data={
+        "username": "admin", "password": "s3cret", "csrfmiddlewaretoken": browser.cookies["csrftoken"]})
+    assert answer.status_code == 302, answer.text
+    return browser
+
+
+def wait_accepting(url: str, timeout: float = 60) -> None:
+    """Until the server takes connections (after a crash it first replays its WAL)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg.connect(url, connect_timeout=2).close()
+            return
+        except psycopg.OperationalError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_pages_and_the_api_say_the_database_is_away_and_work_again_when_it_is_back(tmp_path, backend_server, postgres):
+    backend = backend_server({"filter": pass_all})
+    inst, api = installation_with_admin(tmp_path, backend.url, postgres.url, EXTPROXY_DB_POOL_TIMEOUT="1")
+    try:
+        inst.start_recorder()
+        inst.start_serving()
+        browser = logged_in(inst.url)
+        assert browser.get(f"{inst.url}/", timeout=10).status_code == 200
+        assert api.get(f"{inst.url}/api/calls/", timeout=10).status_code == 200
+        postgres.stop()
+        down_at = time.monotonic()
+        for _ in range(3):
+            answer = api.get(f"{inst.url}/api/calls/", timeout=10)
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Content-Type"] == "application/json" and answer.headers["Retry-After"]
+            assert "database is unavailable" in answer.json()["detail"]
+            page = browser.get(f"{inst.url}/", timeout=10)
+            assert page.status_code == 503 and page.headers["Content-Type"].startswith("text/html")
+            assert "database is unavailable" in page.text and "spool" in page.text
+        served = requests.post(f"{inst.url}/extender/gpu/filter", data=fixture_bytes(NAMES), timeout=10)
+        assert served.status_code == 200  # the scheduler is served all the while
+        # Long enough for the pool's retries to back off past the outage's end (1, 2, 4, 8 s):
+        # the pages must not wait for the next one.
+        time.sleep(max(0.0, down_at + OUTAGE_SECONDS - time.monotonic()))
+        outage_log = inst.serving.output()
+        postgres.start()
+        wait_accepting(postgres.url)
+        # The pool's connections died with the server: none may be handed to a request.
+        assert browser.get(f"{inst.url}/", timeout=10).status_code == 200
+        assert api.get(f"{inst.url}/api/calls/", timeout=10).status_code == 200
+        inst.wait_drained()
+        assert len(api.get(f"{inst.url}/api/calls/", timeout=10).json()["results"]) == 1
+    finally:
+        inst.close()
+    assert "Traceback" not in outage_log, outage_log
+    assert outage_log.count("database unavailable") == 1, outage_log
+
+
+@pytest.mark.parametrize("exc, status", [
+    (OperationalError("database is locked"), 503),  # SQLite past its busy timeout
+    (InterfaceError("connection already closed"), 503),
+    (IntegrityError("duplicate key value"), 500),  # a bug, not an outage: Django's own 500 and traceback
+    (RuntimeError("boom"), 500),
+])
+def test_only_an_outage_answers_503_and_leaves_the_log(rf, exc, status):
+    try:
+        raise exc
+    except Exception:
+        response = server_error(rf.get("/api/calls/"))
+        record = logging.LogRecord("django.request", logging.ERROR, __file__, 1, "Internal Server Error", (),
+                                   sys.exc_info())
+    assert response.status_code == status
+    assert OutageLogFilter().filter(record) is (status != 503)
