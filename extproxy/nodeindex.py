@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 from django.db import connection, transaction
 
+from .recording.bulk import storable_text
 from .recording.retention import TOUCH_EVERY  # retention keeps a set seen within twice this
 from .semantics import Decision, Result
 
@@ -123,7 +124,7 @@ class NodeSets:
                 mine = cursor.rowcount == 1  # another writer stored it first: its entries are there
                 ids[digest] = NodeSet.objects.filter(digest=digest).values_list("pk", flat=True).get()
                 if mine:
-                    rows += [(ids[digest], node, result) for node, result in pairs[digest]]
+                    rows += [(ids[digest], storable_text(node), result) for node, result in pairs[digest]]
                 if len(rows) >= ENTRY_CHUNK:
                     cursor.executemany(f"INSERT INTO {entries} (node_set_id, node, result) VALUES (%s, %s, %s)", rows)
                     rows = []

@@ -9,6 +9,7 @@ import time
 import zlib
 
 import pytest
+from django.db import OperationalError
 
 from extproxy.config import RecordingConfig, RedactionConfig
 from extproxy.models import Call, NodeObject
@@ -127,7 +128,7 @@ def test_it_retries_a_batch_when_the_database_fails(transactional_db, tmp_path, 
             if failures["left"] == 1:  # what the first failure left for /readyz
                 seen.append(read_recorder_counters(tmp_path / "spool")["database"])
             failures["left"] -= 1
-            raise RuntimeError("database is locked; password=hunter2 " + "x" * 5000)  # a driver may quote anything
+            raise OperationalError("database is locked; password=hunter2 " + "x" * 5000)  # a driver may quote anything
         return real(*rows)
 
     monkeypatch.setattr(drainer.writer, "store", flaky)
@@ -139,7 +140,7 @@ def test_it_retries_a_batch_when_the_database_fails(transactional_db, tmp_path, 
     assert drainer.reader.read(10, 1 << 20).entries == []  # committed: nothing left to read
     failing = seen[0]
     assert failing["ok"] is False and failing["failing_since"] <= time.time()
-    assert failing["error"].startswith("RuntimeError: database is locked; password=[redacted] xxx")
+    assert failing["error"].startswith("OperationalError: database is locked; password=[redacted] xxx")
     assert "hunter2" not in failing["error"] and len(failing["error"]) == DATABASE_ERROR_TEXT
     assert read_recorder_counters(tmp_path / "spool")["database"] == {"ok": True, "failing_since": None, "error": ""}
 
@@ -154,7 +155,7 @@ def test_it_leaves_a_batch_in_the_spool_when_stopped_while_the_database_fails(tr
 
     def down(*rows):
         drainer.stop.set()  # SIGTERM arrives while the database is down
-        raise RuntimeError("connection refused")
+        raise OperationalError("connection refused")
 
     monkeypatch.setattr(drainer.writer, "store", down)
     drainer.run()

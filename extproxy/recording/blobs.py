@@ -21,6 +21,7 @@ from .. import bodyformat
 from ..config import RedactionConfig
 from ..protocol import LastObject, RecentBytes, go_key
 from ..redaction import needs_redaction, redact_free_text, redact_object, redact_raw, text_needs_redaction
+from .bulk import storable_text
 
 try:
     from isal.isal_zlib import compress as _compress
@@ -186,7 +187,7 @@ class NodeDeduper:
         data = msgspec.json.encode(node, order="sorted")
         sha = hashlib.sha256(data).hexdigest()
         name = ((node.get("metadata") or {}).get("name") or "") if isinstance(node, dict) else ""
-        self.batch.setdefault(sha, (str(name)[:253], data))
+        self.batch.setdefault(sha, (storable_text(str(name)[:253]), data))
         self.used.add(sha)
         self._canonical[digest] = (sha, name)
         while len(self._canonical) > self._cache_size:
@@ -228,7 +229,7 @@ class NodeDeduper:
             name = msgspec.json.decode(raw, type=_NamedObject).metadata.name
         except msgspec.DecodeError:  # not shaped like a Node: kept all the same, without a name
             name = ""
-        self.batch.setdefault(sha, (name[:253], raw))
+        self.batch.setdefault(sha, (storable_text(name[:253]), raw))
         self.used.add(sha)
         return sha, []
 

@@ -5,13 +5,41 @@ temporary table and one INSERT ... SELECT from it, because a per-row INSERT cost
 each (executemany through psycopg's pipeline was most of the PostgreSQL writer's time). With a
 `conflict` column, rows whose value is already stored are skipped by the database (ON CONFLICT
 DO NOTHING, on both), so a batch drained twice stores nothing twice. Runs inside the caller's
-transaction; decides nothing about what is stored.
+transaction; decides nothing about what is stored, except that every text is one the database
+can take (`storable_text`).
 """
 from __future__ import annotations
 
 from typing import Any
 
 CHUNK = 500  # keys per lookup query
+
+
+def storable_text(value: str) -> str:
+    """`value` as any database takes it: NUL as U+FFFD, a lone surrogate as "?". A Pod's name,
+    a backend's Error, a Node's name can hold either (JSON allows `\\u0000` and `\\ud800`);
+    PostgreSQL refuses NUL in text and Unicode that is not UTF-8, and one such value made the
+    whole batch fail again on every retry while the spool filled behind it. The call's bodies,
+    stored as bytes, keep what was sent."""
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
+def storable(value: Any) -> Any:
+    """Every string of a decoded JSON value made storable (a call's findings: a few short items)."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    if isinstance(value, dict):
+        return {storable_text(str(key)): storable(item) for key, item in value.items()}
+    return value
 
 
 def insert_rows(model, objects: list, conflict: str | None = None) -> None:
@@ -57,7 +85,9 @@ def _adapted_rows(objects: list, fields: list, connection) -> list[tuple[Any, ..
         if isinstance(f, models.DateTimeField):
             adapt.append(ops.adapt_datetimefield_value)
         elif isinstance(f, models.JSONField):
-            adapt.append(lambda v, _f=f: _f.get_db_prep_save(v, connection))
+            adapt.append(lambda v, _f=f: _f.get_db_prep_save(storable(v), connection))
+        elif isinstance(f, (models.CharField, models.TextField)):
+            adapt.append(storable_text)
         else:
             adapt.append(None)
     names = [f.attname for f in fields]

@@ -21,6 +21,7 @@ from ..config import RecordingConfig, RedactionConfig, RetentionConfig
 from ..gaps import note_drops
 from ..nodeindex import NodeSets
 from ..redaction import bounded_text
+from .apart import StoreApart, is_outage
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compress, nodes_carried
 from .bulk import insert_rows
@@ -53,6 +54,10 @@ class BatchWriter:
         self._raw_ids: set[str] = set()  # call ids of the batch being built that are raw records
         self._traces: list[Trace] = []  # the batch being built: its bodies hold its Node objects
         self.nodes_stored_again = 0  # Node objects retention deleted while remembered here, stored again
+
+    def mark_raw(self, call_id: str) -> None:
+        """The batch's call `call_id` is now a raw record (apart.py): counted as one when stored."""
+        self._raw_ids.add(call_id)
 
     def build(self, traces: list[Trace]) -> tuple[list[Built], list, set[str]]:
         """The unsaved rows of a batch: (call, children) pairs, new Node objects, nodes used."""
@@ -238,7 +243,7 @@ class Drainer:
         traces, gaps = self._decode(result)
         raw_before = self.writer.raw
         built, new_nodes, used = self.writer.build(traces)
-        summaries = self._store(built, new_nodes, used, gaps)
+        summaries = self._store(traces, built, new_nodes, used, gaps)
         if summaries is None:  # stopped while the database was down: it stays in the spool
             self.reader.rewind()
             return 0
@@ -276,21 +281,31 @@ class Drainer:
         gaps.extend(("torn", 1, at, at) for at in result.torn_at)  # at least one call each
         return traces, gaps
 
-    def _store(self, built: list[Built], new_nodes: list, used: set[str],
+    def _store(self, traces: list[Trace], built: list[Built], new_nodes: list, used: set[str],
                gaps: list[tuple[str, int, float, float]]) -> list[dict[str, Any]] | None:
+        """The batch stored: retried while the database is away; stored call by call (apart.py)
+        once the database refuses it. None when stopped while the database is away."""
         from django.db import close_old_connections, connection
 
         delay = 0.1
+        apart: StoreApart | None = None
         while True:
             try:
-                summaries = self.writer.store(built, new_nodes, used, gaps)
+                summaries = self.writer.store(built, new_nodes, used, gaps) if apart is None else apart.run()
                 self.counters.database_works()  # saved with the batch's counts
                 return summaries
-            except Exception as exc:  # the database is down or refused the batch: keep it, retry
+            except Exception as exc:  # the database is away, or refused the batch
                 self.counters.write_errors += 1
+                if apart is None and not is_outage(exc):
+                    log.error("recorder: the database refused a batch of %d calls (%s); storing them one by one",
+                              len(built), self._error_text(exc))
+                    apart = StoreApart(self.writer, traces, built, new_nodes, used, gaps, self.writer.redaction,
+                                       self._unstorable)
+                    continue
                 self.counters.database_fails(self._error_text(exc))
                 self._save_counters()
-                log.error("recorder: writing %d calls failed (%s); retrying in %.1fs", len(built), exc, delay)
+                log.error("recorder: writing %d calls failed (%s); retrying in %.1fs", len(built),
+                          self.counters.database_error, delay)
                 try:
                     connection.close()
                 except Exception:  # closing a broken connection may fail too
@@ -318,6 +333,10 @@ class Drainer:
 
     def _error_text(self, exc: BaseException) -> str:
         return bounded_text(f"{type(exc).__name__}: {exc}".strip(), self.writer.redaction, DATABASE_ERROR_TEXT)
+
+    def _unstorable(self, reason: str, calls: int, first: float, last: float) -> None:
+        note_drops([(reason, calls, first, last)])  # an outage here is retried before it is counted
+        self._drop(reason, calls)
 
     def _count(self, summaries: list[dict[str, Any]], raw: int) -> None:
         c = self.counters
