@@ -65,3 +65,28 @@ def test_progress_saves_leave_the_error_field_to_whoever_wrote_it(backend_server
     run.refresh_from_db()
     assert run.status == "done" and run.done == 3 and len(seen) == 3
     assert run.error == "written meanwhile 3"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_whose_pod_name_holds_nul_is_replayed_and_stored(backend_server):
+    import json
+    import time
+
+    from extproxy.config import RecordingConfig
+    from extproxy.models import Call
+    from extproxy.recorder import Recorder, Trace
+    from tests.conftest import fixture_json
+
+    config = backend_config(backend_server)
+    args = fixture_json("captured-kube-scheduler-1.24/filter-request.nodecache-true.json")
+    args["Pod"]["metadata"]["name"] = "pod\u0000x"  # PostgreSQL takes no NUL in text
+    now = time.time()
+    Recorder(RecordingConfig(), RedactionConfig()).write_batch([Trace(
+        verb="filter", backend="gpu", url="http://gpu", started_at=now, finished_at=now + 0.001,
+        request_body=json.dumps(args).encode(), status=200, answered_status=200, node_cache_capable=True, weight=1,
+        response_body=json.dumps({"NodeNames": args["NodeNames"], "FailedNodes": {}, "Error": ""}).encode())])
+    run = ReplayRun.objects.create(selector={"filters": {"verb": "filter"}}, target={"kind": "configured"}, rate=0)
+    run_replay(run, config=config)
+    run.refresh_from_db()
+    assert (run.status, run.done, run.errors, run.error) == ("done", 1, 0, "")
+    assert Call.objects.get(is_replay=True).pod_name == "pod\ufffdx"

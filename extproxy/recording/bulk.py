@@ -42,6 +42,19 @@ def storable(value: Any) -> Any:
     return value
 
 
+def make_storable(obj) -> Any:
+    """An unsaved model object with every text and JSON field made storable, for a path that
+    saves through the ORM (a replay's call) rather than `insert_rows`."""
+    from django.db import models
+
+    for f in obj._meta.concrete_fields:
+        if isinstance(f, (models.CharField, models.TextField)) and isinstance(getattr(obj, f.attname), str):
+            setattr(obj, f.attname, storable_text(getattr(obj, f.attname)))
+        elif isinstance(f, models.JSONField):
+            setattr(obj, f.attname, storable(getattr(obj, f.attname)))
+    return obj
+
+
 def insert_rows(model, objects: list, conflict: str | None = None) -> None:
     """INSERT the unsaved `objects`; with `conflict`, set their primary keys afterwards.
 

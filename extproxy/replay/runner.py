@@ -33,6 +33,7 @@ from .. import protocol
 from ..bodies import request_of
 from ..config import BackendConfig, ProxyConfig, RedactionConfig
 from ..recorder import AttemptTracker, NodeDeduper, build_call, compress
+from ..recording.bulk import make_storable
 from ..recording.rows import MAX_ERROR_TEXT
 from ..redaction import bounded_text
 from . import diff as diffs
@@ -217,11 +218,11 @@ def store(result: Result, run, nodes: NodeDeduper) -> Any:
                     [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()],
                     ignore_conflicts=True,
                 )
-            replay = result.call
+            replay = make_storable(result.call)
             replay.is_replay, replay.replay_of_id, replay.attempt = True, result.original.call_id, ""
             replay.save()
             for child in result.children:
-                child.call = replay
+                make_storable(child).call = replay
             BackendCall.objects.bulk_create(result.children)
         diff_json = result.diff.to_json() if result.diff else None
         ReplayItem.objects.create(
