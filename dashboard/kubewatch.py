@@ -126,6 +126,7 @@ def store(rows: Iterable[dict]) -> int:
     from django.db import close_old_connections
 
     from extproxy.engine import get_engine
+    from extproxy.recording.bulk import make_storable
     from extproxy.redaction import bounded_text
 
     from .models import SchedulerEvent
@@ -133,7 +134,10 @@ def store(rows: Iterable[dict]) -> int:
     # A FailedScheduling note quotes the extenders' reasons and errors, which can echo what the
     # Pod holds: redacted by the rules the recorder uses for them.
     rules = get_engine().config.redaction
-    objects = [SchedulerEvent(**dict(row, message=bounded_text(row["message"], rules, MESSAGE_MAX))) for row in rows]
+    # Made storable: a note or a name with NUL failed the whole list on PostgreSQL, again at each
+    # retry, and no scheduler event was stored while that one lived.
+    objects = [make_storable(SchedulerEvent(**dict(row, message=bounded_text(row["message"], rules, MESSAGE_MAX))))
+               for row in rows]
     if not objects:
         return 0
     close_old_connections()

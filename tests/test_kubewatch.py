@@ -109,6 +109,18 @@ def test_the_schedulers_words_are_stored_redacted_and_bounded(kube_api, scene):
     assert "FailedScheduling" in page and "DB_PASSWORD=[redacted]" in page and "hunter2" not in page
 
 
+def test_an_event_with_nul_in_its_note_or_pod_name_is_stored_with_the_rest(kube_api, scene):
+    """PostgreSQL takes no NUL in text: a list holding such an event failed whole, at each retry."""
+    from dashboard.models import SchedulerEvent
+
+    kube_api.events = [event("e-nul", "FailedScheduling", "stuck\u0000n", "0/3 nodes: \u0000 odd"),
+                       event("e-ok", "FailedScheduling", "stuck-ok", "0/3 nodes are available")]
+    assert kubewatch.start() is not None
+    wait_for(lambda: SchedulerEvent.objects.count() == 2)
+    odd = SchedulerEvent.objects.get(pod_name="stuck\ufffdn")
+    assert odd.message == "0/3 nodes: \ufffd odd" and odd.pod_uid == "uid-ml-team-stuck\ufffdn"
+
+
 def test_it_is_off_without_a_kubernetes_api(monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
