@@ -263,9 +263,9 @@ class Progress:
         self._saved = time.monotonic()
         self.run.counts = dict(self.counts)
         fields = ["done", "changed", "errors", "skipped", "counts", "total", "status", "started_at", "finished_at"]
-        # The run's error is written only once it has one: a save from memory while the run
-        # goes on would undo what `manage.py redact` wrote to the field meanwhile.
-        self.run.save(update_fields=fields + ["error"] if self.run.error else fields)
+        # The run's error is written when the run ends (its own, or none): a save from memory
+        # while it goes on would undo what `manage.py redact` wrote to the field meanwhile.
+        self.run.save(update_fields=fields + ["error"] if force and self.run.finished_at else fields)
 
 
 def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Result], None] | None = None) -> None:
