@@ -16,7 +16,7 @@ from extproxy.models import Call, NodeObject
 from extproxy.recording import SpoolRecorder, Trace, compact_body, restore_body
 from extproxy.recording.attempts import AttemptTracker
 from extproxy.recording.blobs import NodeDeduper, decompress
-from extproxy.recording.observe import read_recorder_counters
+from extproxy.recording.observe import RECORDER_SILENT_SECONDS, read_recorder_counters, recorders_database, write_recorder_counters
 from extproxy.recording.local import LocalRecorder
 from extproxy.recording.rows import MAX_ERROR_TEXT, MAX_FINDING_TEXT, MAX_FINDINGS, build_or_raw
 from extproxy.recording.spool import SpoolSettings
@@ -650,3 +650,15 @@ def test_a_recorder_does_not_take_a_node_set_a_prune_is_deleting(transactional_d
     kept = NodeSet.objects.get(digest="d")
     assert ids == {"d": kept.pk} and kept.pk != old.pk
     assert list(kept.entries.values_list("node", "result")) == pairs
+
+
+@pytest.mark.parametrize("age, reported, told", [
+    (1, True, True), (1, False, False), (1, None, None),
+    (RECORDER_SILENT_SECONDS + 5, True, None),  # the recorder is gone or stuck: unknown, not "up"
+    (RECORDER_SILENT_SECONDS + 5, False, None),
+])
+def test_the_database_is_told_as_the_recorder_last_found_it_while_it_reports(tmp_path, age, reported, told):
+    write_recorder_counters(tmp_path, {"updated_at": time.time() - age,
+                                       "database": {"ok": reported, "failing_since": time.time() - 30, "error": "x"}})
+    assert recorders_database(read_recorder_counters(tmp_path))["ok"] is told
+    assert recorders_database({})["ok"] is None  # never reported

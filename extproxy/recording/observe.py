@@ -115,7 +115,7 @@ class RecordingCollector:
             return
         status = recorder.status()
         theirs = read_recorder_counters(recorder.spool.root)
-        database = theirs.get("database") or {}
+        database = recorders_database(theirs)
         gauges = [
             ("extproxy_recorder_queue_depth", "Calls answered and not yet in the spool (put aside on the serving "
              "loop, in the hand-off, or being written).", recorder.unspooled),
@@ -130,11 +130,12 @@ class RecordingCollector:
             ("extproxy_recorder_heartbeat_age_seconds", "Seconds since the recorder process last reported (-1: never).",
              (time.time() - theirs["updated_at"]) if "updated_at" in theirs else -1),
             ("extproxy_recorder_database_up", "1 while the recorder process writes to (or, idle, reaches) the "
-             "database, 0 while it fails (alarm: calls wait in the spool), -1 before it has tried.",
+             "database, 0 while it fails (alarm: calls wait in the spool), -1 when unknown (no recorder report "
+             "for 60 s, or it has not tried yet).",
              -1 if database.get("ok") is None else int(bool(database["ok"]))),
             ("extproxy_recorder_database_failing_seconds", "Seconds the database has failed the recorder process "
              "without a break (0 while it works).",
-             (time.time() - database["failing_since"]) if database.get("failing_since") else 0),
+             (time.time() - database["failing_since"]) if database["ok"] is False and database.get("failing_since") else 0),
         ]
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=value)
@@ -184,8 +185,23 @@ def readiness(recorder: Any) -> dict[str, Any]:
         "dropped": {k: v for k, v in all_drops(recorder, theirs).items() if v},
         "recorder_heartbeat_age_seconds": round(time.time() - theirs["updated_at"], 3) if "updated_at" in theirs else None,
         # As the recorder process last found it: serving does not depend on it (calls wait in the spool).
-        "database": theirs.get("database") or {"ok": None, "failing_since": None, "error": ""},
+        "database": recorders_database(theirs),
     }
+
+
+# A recorder that has not reported for this long is gone or stuck (it reports after each batch,
+# and every 5 s while idle; a batch of large calls takes seconds): what it last said of the
+# database is no longer told as the database's state.
+RECORDER_SILENT_SECONDS = 60.0
+
+
+def recorders_database(theirs: dict) -> dict[str, Any]:
+    """The database as the recorder process last found it: ok True or False, or None (unknown:
+    it has not tried yet, or has not reported for RECORDER_SILENT_SECONDS)."""
+    database = dict(theirs.get("database") or {"ok": None, "failing_since": None, "error": ""})
+    if "updated_at" not in theirs or time.time() - theirs["updated_at"] > RECORDER_SILENT_SECONDS:
+        database["ok"] = None
+    return database
 
 
 COLLECTOR = RecordingCollector()
