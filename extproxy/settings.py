@@ -130,8 +130,19 @@ def _database_from_url(url: str) -> dict:
         # The pool checks a connection before it hands it out: after the server restarts, every
         # pooled connection is dead, and each would otherwise fail one request.
         "CONN_HEALTH_CHECKS": True,
-        "OPTIONS": _pool_options(),
+        "OPTIONS": {**_pool_options(), **_unreachable_limits()},
     }
+
+
+def _unreachable_limits() -> dict:
+    """How long a connection waits on a database host that stopped answering without refusing
+    (a partition, a node gone): libpq's defaults wait 130 s to connect, and on an open connection
+    for TCP's own retries (about 15 minutes). Meanwhile the recorder's loop and its reports stood
+    still, and a request held its pooled connection. Keepalives find a silent peer of an idle
+    connection, the user timeout one that leaves what was sent unacknowledged."""
+    return {"connect_timeout": envint("EXTPROXY_DB_CONNECT_TIMEOUT", 10),
+            "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+            "tcp_user_timeout": 60_000}  # milliseconds
 
 
 def _pool_options() -> dict:

@@ -106,3 +106,22 @@ def test_only_an_outage_answers_503_and_leaves_the_log(rf, exc, status):
                                    sys.exc_info())
     assert response.status_code == status
     assert OutageLogFilter().filter(record) is (status != 503)
+
+
+@pytest.mark.timeout(60)  # libpq's own default would wait 130 s
+def test_a_database_host_that_does_not_answer_fails_a_connection_in_the_configured_time(monkeypatch):
+    """A listener that takes the connection and never speaks, as a host behind a partition
+    whose port still completes the handshake would: the connect gives up, it does not hang."""
+    import socket
+
+    from extproxy.settings import _database_from_url
+
+    monkeypatch.setenv("EXTPROXY_DB_CONNECT_TIMEOUT", "2")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nothing ever answers
+        port = silent.getsockname()[1]
+        database = _database_from_url(f"postgresql://postgres@127.0.0.1:{port}/extproxy")
+        options = {k: v for k, v in database["OPTIONS"].items() if k != "pool"}
+        with pytest.raises(psycopg.OperationalError, match="timeout"):
+            psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="extproxy", **options)
