@@ -36,6 +36,7 @@ from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from . import offload  # noqa: E402
 from .aside import aside  # noqa: E402
 from .config import ConfigError  # noqa: E402
+from .database_down import websocket_outage_guard  # noqa: E402
 from .engine import get_engine  # noqa: E402
 from .replay.worker import get_worker  # noqa: E402
 from .views import PREFIX, extender_app, refusal, respond  # noqa: E402
@@ -103,7 +104,7 @@ application = ProtocolTypeRouter(
     {
         "http": http_app,
         "websocket": OriginValidator(
-            AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
+            websocket_outage_guard(AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns))))
         ),
         "lifespan": lifespan_app,
     }

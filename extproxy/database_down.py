@@ -6,7 +6,9 @@ cut off, locked past SQLite's busy timeout, or no pooled connection within
 EXTPROXY_DB_POOL_TIMEOUT), `server_error`, the project's handler500, answers 503 with
 Retry-After: `{"detail": ...}` for the API, a short page for the rest, saying the scheduler is
 still served. Any other failure is Django's plain 500. `OutageLogFilter`, on the django.request
-logger, turns the traceback Django logs for each such request into one line a minute.
+logger, turns the traceback Django logs for each such request into one line a minute,
+`websocket_outage_guard` does the same for the live feed's connections, and `PoolLogFilter`
+for the connection pool's warning at each failed attempt.
 
 Only OperationalError and InterfaceError count: an IntegrityError or ProgrammingError is a bug,
 not an outage, and keeps its traceback.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 from html import escape
+from typing import Callable
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -58,6 +61,34 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return response
 
 
+def websocket_outage_guard(app: Callable) -> Callable:
+    """The live feed's ASGI app, closing a connection with 1013 (try again later) when the
+    database is away: its login (session or token) and permission are read from the database,
+    and the server logged a traceback for every reconnection of every open dashboard."""
+
+    async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
+        accepted = False
+
+        async def sending(message: dict) -> None:
+            nonlocal accepted
+            accepted = accepted or message.get("type") == "websocket.accept"
+            await send(message)
+
+        try:
+            await app(scope, receive, sending)
+        except OUTAGE as exc:
+            _log.emit(logging.WARNING, "live-feed", "live feed connections closed: database unavailable (%s)",
+                      type(exc).__name__)
+            try:  # accepted first: a close before it reaches the client as an HTTP 403, without the code
+                if not accepted:
+                    await send({"type": "websocket.accept"})
+                await send({"type": "websocket.close", "code": 1013})
+            except Exception:  # the connection is gone already
+                pass
+
+    return guarded
+
+
 class OutageLogFilter(logging.Filter):
     """Drops django.request's record (and traceback) of a request that failed on the database,
     and writes one line a minute instead, with how many were left out."""
@@ -66,6 +97,17 @@ class OutageLogFilter(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if not isinstance(exc, OUTAGE):
             return True
-        _log.emit(logging.WARNING, "outage", "requests answered 503: database unavailable (%s: %s)",
+        _log.emit(logging.WARNING, "requests", "requests answered 503: database unavailable (%s: %s)",
                   type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+        return False
+
+
+class PoolLogFilter(logging.Filter):
+    """The connection pool's warning for each failed connection attempt (psycopg.pool), while
+    the database is away: one line a minute, with how many were left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        _log.emit(logging.WARNING, "pool", "connection pool: %s", record.getMessage().splitlines()[0])
         return False

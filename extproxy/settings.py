@@ -277,8 +277,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("EXTPROXY_LOG_LEVEL", "INFO")},
     # A request that failed because the database is away: one line a minute, not a traceback each.
-    "filters": {"database_outage": {"()": "extproxy.database_down.OutageLogFilter"}},
-    "loggers": {"django.request": {"filters": ["database_outage"]}},
+    "filters": {"database_outage": {"()": "extproxy.database_down.OutageLogFilter"},
+                "pool_warnings": {"()": "extproxy.database_down.PoolLogFilter"}},
+    "loggers": {"django.request": {"filters": ["database_outage"]}, "psycopg.pool": {"filters": ["pool_warnings"]}},
 }
 
 # --- exports (issue 12) ---

@@ -4,6 +4,7 @@ page for the dashboard), one log line rather than a traceback a request, the ext
 meanwhile, and every page working again as soon as the database is back."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -17,6 +18,7 @@ from extproxy.database_down import OutageLogFilter, server_error
 
 from tests.conftest import fixture_bytes, pass_all
 from tests.processes import Postgres
+from tests.test_log_safety import websocket
 from tests.test_replay import NAMES
 from tests.test_replay_recovery import installation_with_admin
 
@@ -72,6 +74,9 @@ def test_pages_and_the_api_say_the_database_is_away_and_work_again_when_it_is_ba
             page = browser.get(f"{inst.url}/", timeout=10)
             assert page.status_code == 503 and page.headers["Content-Type"].startswith("text/html")
             assert "database is unavailable" in page.text and "spool" in page.text
+        token = api.headers["Authorization"].split()[-1]
+        for _ in range(3):  # the live feed: told to come back later, each time (an open dashboard reconnects)
+            assert asyncio.run(websocket(inst.url, "?token=" + token)) == (None, 1013)
         served = requests.post(f"{inst.url}/extender/gpu/filter", data=fixture_bytes(NAMES), timeout=10)
         assert served.status_code == 200  # the scheduler is served all the while
         # Long enough for the pool's retries to back off past the outage's end (1, 2, 4, 8 s):
@@ -83,12 +88,15 @@ def test_pages_and_the_api_say_the_database_is_away_and_work_again_when_it_is_ba
         # The pool's connections died with the server: none may be handed to a request.
         assert browser.get(f"{inst.url}/", timeout=10).status_code == 200
         assert api.get(f"{inst.url}/api/calls/", timeout=10).status_code == 200
+        assert asyncio.run(websocket(inst.url, "?token=" + token)) == ('{"type": "reset"}', None)
         inst.wait_drained()
         assert len(api.get(f"{inst.url}/api/calls/", timeout=10).json()["results"]) == 1
     finally:
         inst.close()
     assert "Traceback" not in outage_log, outage_log
-    assert outage_log.count("database unavailable") == 1, outage_log
+    assert outage_log.count("requests answered 503: database unavailable") == 1, outage_log
+    assert outage_log.count("live feed connections closed: database unavailable") == 1, outage_log
+    assert outage_log.count("connection pool: error connecting") == 1, outage_log  # each try, once a minute
 
 
 @pytest.mark.parametrize("exc, status", [

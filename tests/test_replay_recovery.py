@@ -87,7 +87,9 @@ def test_background_threads_say_once_that_the_database_is_down_then_work_again(t
     and the latency roll-up (recorder process), no traceback every beat; afterwards they work
     again (a replay run is carried out)."""
     backend = backend_server({"filter": pass_all})
-    inst, session = installation_with_admin(tmp_path, backend.url, postgres.url, EXTPROXY_REPLAY_STALE_SECONDS="1")
+    # The watcher waits for a pooled connection up to the pool's timeout: shorter than the outage.
+    inst, session = installation_with_admin(tmp_path, backend.url, postgres.url, EXTPROXY_REPLAY_STALE_SECONDS="1",
+                                            EXTPROXY_DB_POOL_TIMEOUT="1")
     try:
         inst.start_recorder("--nice", "0")
         inst.start_serving()
