@@ -30,7 +30,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from dashboard import background as dashboard_background  # noqa: E402
-from dashboard.auth import OriginValidator, TokenAuthMiddleware  # noqa: E402
+from dashboard.auth import SUBPROTOCOL, OriginValidator, TokenAuthMiddleware  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 from . import offload  # noqa: E402
@@ -104,7 +104,8 @@ application = ProtocolTypeRouter(
     {
         "http": http_app,
         "websocket": OriginValidator(
-            websocket_outage_guard(AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns))))
+            websocket_outage_guard(AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns))),
+                                   SUBPROTOCOL)
         ),
         "lifespan": lifespan_app,
     }

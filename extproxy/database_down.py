@@ -11,7 +11,8 @@ logger, turns the traceback Django logs for each such request into one line a mi
 for the connection pool's warning at each failed attempt.
 
 Only OperationalError and InterfaceError count: an IntegrityError or ProgrammingError is a bug,
-not an outage, and keeps its traceback.
+not an outage, and keeps its traceback. SQLite reports a missing table as an OperationalError too:
+that is answered 503 as well, and its one log line a minute names it.
 """
 from __future__ import annotations
 
@@ -61,10 +62,12 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return response
 
 
-def websocket_outage_guard(app: Callable) -> Callable:
+def websocket_outage_guard(app: Callable, subprotocol: str) -> Callable:
     """The live feed's ASGI app, closing a connection with 1013 (try again later) when the
     database is away: its login (session or token) and permission are read from the database,
-    and the server logged a traceback for every reconnection of every open dashboard."""
+    and the server logged a traceback for every reconnection of every open dashboard.
+    `subprotocol` is chosen when the client offered it, as the app would have (a browser fails
+    the handshake when an offered protocol is not chosen)."""
 
     async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
         accepted = False
@@ -81,7 +84,8 @@ def websocket_outage_guard(app: Callable) -> Callable:
                       type(exc).__name__)
             try:  # accepted first: a close before it reaches the client as an HTTP 403, without the code
                 if not accepted:
-                    await send({"type": "websocket.accept"})
+                    offered = subprotocol in (scope.get("subprotocols") or ())
+                    await send({"type": "websocket.accept", "subprotocol": subprotocol if offered else None})
                 await send({"type": "websocket.close", "code": 1013})
             except Exception:  # the connection is gone already
                 pass
@@ -94,8 +98,10 @@ class OutageLogFilter(logging.Filter):
     and writes one line a minute instead, with how many were left out."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        from django.conf import settings
+
         exc = record.exc_info[1] if record.exc_info else None
-        if not isinstance(exc, OUTAGE):
+        if not isinstance(exc, OUTAGE) or settings.DEBUG:  # DEBUG answers with Django's page, not 503
             return True
         _log.emit(logging.WARNING, "requests", "requests answered 503: database unavailable (%s: %s)",
                   type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
@@ -109,5 +115,7 @@ class PoolLogFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.WARNING:
             return True
-        _log.emit(logging.WARNING, "pool", "connection pool: %s", record.getMessage().splitlines()[0])
+        # Each kind of warning on its own (its message's template): another kind is not hidden.
+        _log.emit(logging.WARNING, f"pool: {record.msg}"[:200], "connection pool: %s",
+                  record.getMessage().splitlines()[0])
         return False

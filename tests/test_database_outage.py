@@ -43,6 +43,17 @@ def logged_in(url: str) -> requests.Session:
     return browser
 
 
+async def closed_with_protocol(url: str, protocols: tuple[str, ...]) -> tuple[str | None, int | None]:
+    """(the subprotocol the server chose, the close code) of one connection to /ws/live/."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url.replace("http", "ws") + "/ws/live/", protocols=protocols) as ws:
+            message = await ws.receive(timeout=10)
+            assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), message
+            return ws.protocol, ws.close_code
+
+
 def wait_accepting(url: str, timeout: float = 60) -> None:
     """Until the server takes connections (after a crash it first replays its WAL)."""
     deadline = time.monotonic() + timeout
@@ -77,6 +88,8 @@ def test_pages_and_the_api_say_the_database_is_away_and_work_again_when_it_is_ba
         token = api.headers["Authorization"].split()[-1]
         for _ in range(3):  # the live feed: told to come back later, each time (an open dashboard reconnects)
             assert asyncio.run(websocket(inst.url, "?token=" + token)) == (None, 1013)
+        # As a browser offers it: the protocol it offered is chosen, or the browser fails the handshake.
+        assert asyncio.run(closed_with_protocol(inst.url, ("extproxy", "extproxy.token." + token))) == ("extproxy", 1013)
         served = requests.post(f"{inst.url}/extender/gpu/filter", data=fixture_bytes(NAMES), timeout=10)
         assert served.status_code == 200  # the scheduler is served all the while
         # Long enough for the pool's retries to back off past the outage's end (1, 2, 4, 8 s):

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.db import DataError, OperationalError
+from django.db import DataError, OperationalError, ProgrammingError
 
+from extproxy.bodies import request_of
 from extproxy.config import RecordingConfig, RedactionConfig
 from extproxy.models import BackendCall, Call, NodeObject, NodeSetEntry, RecordingGap
 from extproxy.recording.bulk import storable_text
 from extproxy.recording.writer import Drainer
-from tests.conftest import fixture_json
+from tests.conftest import fixture_bytes, fixture_json
 from tests.test_recorder import make_trace, spool_recorder
 
 NAMES = "captured-kube-scheduler-1.24/filter-request.nodecache-true.json"
@@ -70,20 +71,21 @@ def test_nul_is_stored_replaced_and_nothing_waits(transactional_db, tmp_path):
     assert drain.reader.read(10, 1 << 20).entries == []  # committed
 
 
-def refusing(drain: Drainer, refuse, outage_once: bool = False):
-    """The database refuses (DataError) every batch holding a call `refuse(call)` picks; with
-    `outage_once`, the first store after the refusal fails as an outage would."""
+def refusing(drain: Drainer, refuse=lambda call: False, outage_once: bool = False, refuse_nodes: bool = False):
+    """The database refuses (DataError) every batch holding a call `refuse(call)` picks (or, with
+    `refuse_nodes`, any Node object); with `outage_once`, the first store after the refusal
+    fails as an outage would."""
     real = drain.writer.store
     state = {"outage": outage_once, "refused": 0}
 
-    def store(built, *rest):
-        if any(refuse(call) for call, _ in built):
+    def store(built, new_nodes, *rest):
+        if any(refuse(call) for call, _ in built) or (refuse_nodes and new_nodes):
             state["refused"] += 1
             raise DataError("value refused by the database")
         if state["refused"] and state["outage"]:
             state["outage"] = False
             raise OperationalError("server closed the connection unexpectedly")
-        return real(built, *rest)
+        return real(built, new_nodes, *rest)
 
     drain.writer.store = store
     drain.stop.wait = lambda delay: False  # no backoff sleep in the test
@@ -126,6 +128,45 @@ def test_a_call_refused_even_raw_is_counted_as_dropped(transactional_db, tmp_pat
     gap = RecordingGap.objects.get()
     assert (gap.reason, gap.calls) == ("unstorable", 1)
     assert drain.reader.read(10, 1 << 20).entries == []  # the spool moves on
+
+
+def test_refused_node_objects_leave_their_calls_stored_raw_with_whole_bodies(transactional_db, tmp_path):
+    traces = [make_trace(body=fixture_bytes(FULL), node_cache_capable=False) for _ in range(2)]
+    spooled(tmp_path, traces)
+    drain = drainer(tmp_path)
+    refusing(drain, refuse_nodes=True)
+    drain.run(until_idle=True)
+    drain.close()
+    assert NodeObject.objects.count() == 0 and (drain.counters.written, drain.counters.raw) == (2, 2)
+    full_nodes = fixture_json(FULL)["Nodes"]["items"]
+    for call in Call.objects.all():
+        assert call.findings[0]["kind"] == "unstorable" and "Node objects" in call.findings[0]["detail"]
+        nodes = json.loads(request_of(call).data)["Nodes"]["items"]  # whole: no reference to a Node not stored
+        assert [n["metadata"]["name"] for n in nodes] == [n["metadata"]["name"] for n in full_nodes]
+    assert drain.counters.dropped == {}
+
+
+def test_a_fault_that_is_not_the_datas_is_retried_and_loses_nothing(transactional_db, tmp_path):
+    """A database that will not write for now (read-only, a permission or a table missing): the
+    batch waits and is stored whole once it writes again, not taken apart or dropped."""
+    traces = [make_trace() for _ in range(4)]
+    spooled(tmp_path, traces)
+    drain = drainer(tmp_path)
+    real, failures = drain.writer.store, {"left": 3}
+
+    def store(*rows):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise ProgrammingError("permission denied for table extproxy_call")
+        return real(*rows)
+
+    drain.writer.store = store
+    drain.stop.wait = lambda delay: False
+    drain.run(until_idle=True)
+    drain.close()
+    assert failures["left"] == 0 and drain.counters.write_errors == 3
+    assert (drain.counters.written, drain.counters.raw, drain.counters.dropped) == (4, 0, {})
+    assert Call.objects.filter(outcome="ok").count() == 4
 
 
 @pytest.mark.parametrize("text, stored", [

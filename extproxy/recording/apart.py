@@ -1,17 +1,19 @@
 """A batch the database refuses, stored call by call, so that one call cannot stop the record.
 
-The Drainer retries a batch that failed to store for as long as the database is away: that is
-an outage (OperationalError, InterfaceError: refused, cut off, locked, a deadlock), and the
-batch waits in the spool. Any other failure (a DataError, a value a column cannot take) would
-fail the same way on every retry while the spool filled behind it, until every call was dropped
-as `spool-full`. Such a batch is stored apart instead (`StoreApart`):
-- its Node objects and drop records first, without its calls;
+The Drainer retries a batch that failed to store, with backoff, for as long as it fails: an
+outage (the database refused the connection, cut it off, was locked) or a fault that is not
+the batch's own (read-only, a permission or a table missing, a bug) loses nothing that way, the
+batch waits in the spool. But a refusal of the data itself (DataError, IntegrityError: a value a
+column cannot take) fails the same way on every retry while the spool fills behind it, until
+every later call is dropped as `spool-full`. Such a batch is stored apart instead (`StoreApart`):
+- its Node objects and drop records first, without its calls (the drop records alone when the
+  Node objects are refused; the calls are then all stored raw, their bodies whole);
 - then each call in a transaction of its own;
 - a call the database still refuses is stored as a raw record (bodies as received, finding
   `unstorable` with the database's reason), as a call that cannot be decoded is;
 - and one refused even so is counted as dropped, reason `unstorable`.
-Every step is idempotent (calls by their call_id, drop records by their values), so an outage
-in the middle is retried from the step it stopped at.
+Any other failure on the way is raised to the Drainer, which retries; every step is idempotent
+(calls by their call_id, drop records by their values) and `run` resumes at the step it stopped.
 """
 from __future__ import annotations
 
@@ -26,27 +28,34 @@ from .trace import Trace
 log = logging.getLogger(__name__)
 
 
-def _outage_errors() -> tuple[type[BaseException], ...]:
-    from django.db import InterfaceError, OperationalError
+def _errors(django_names: tuple[str, ...], psycopg_names: tuple[str, ...]) -> tuple[type[BaseException], ...]:
+    import django.db
 
-    errors: list[type[BaseException]] = [OperationalError, InterfaceError]
+    errors: list[type[BaseException]] = [getattr(django.db, name) for name in django_names]
     try:  # COPY goes through psycopg's own cursor: its errors are not Django's
         import psycopg
 
-        errors += [psycopg.OperationalError, psycopg.InterfaceError]
+        errors += [getattr(psycopg, name) for name in psycopg_names]
     except ImportError:
         pass
     return tuple(errors)
 
 
 def is_outage(exc: BaseException) -> bool:
-    """True for a failure that retrying the same batch later can get past."""
-    return isinstance(exc, _outage_errors())
+    """The database is away or busy: refused or cut the connection, locked, timed out."""
+    return isinstance(exc, _errors(("OperationalError", "InterfaceError"), ("OperationalError", "InterfaceError")))
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """The database refused the data itself: it will refuse the same rows again. A string the
+    driver cannot encode is one too (storable_text keeps such strings out; this is the net)."""
+    return isinstance(exc, UnicodeEncodeError) or isinstance(
+        exc, _errors(("DataError", "IntegrityError"), ("DataError", "IntegrityError")))
 
 
 class StoreApart:
-    """One refused batch's progress through the steps above; `run` resumes where an outage
-    stopped it and raises only for an outage."""
+    """One refused batch's progress through the steps above; `run` resumes where a failure
+    other than a refusal stopped it."""
 
     def __init__(self, writer: Any, traces: list[Trace], built: list[Built], new_nodes: list, used: Any,
                  gaps: Any, rules: RedactionConfig, drop: Callable[[str, int, float, float], None]) -> None:
@@ -56,28 +65,37 @@ class StoreApart:
         self.rules = rules
         self.drop = drop  # (reason, calls, first, last): counted and noted as a gap
         self.nodes_stored: bool | None = None  # None: not tried yet
+        self.gaps_stored = False
         self.next = 0  # the next call to store
+        self.raw: Built | None = None  # the next call's raw record, once its own was refused
         self.summaries: list[dict[str, Any]] = []
         self.refusal = ""  # the database's last reason, redacted
 
     def run(self) -> list[dict[str, Any]]:
         if self.nodes_stored is None:
             self.nodes_stored = self._try(lambda: self.writer.store([], self.new_nodes, self.used, self.gaps))
-            if not self.nodes_stored and not self._try(lambda: self.writer.store([], [], (), self.gaps)):
-                log.error("recorder: the database refused the drop records of a batch; they are counted only")
+            self.gaps_stored = self.nodes_stored
+        if not self.gaps_stored:
+            if not self._try(lambda: self.writer.store([], [], (), self.gaps)):
+                log.error("recorder: the database refused a batch's drop records (%s); they are counted only",
+                          self.refusal)
+            self.gaps_stored = True
         while self.next < len(self.built):
             trace, rows = self.traces[self.next], self.built[self.next]
-            if self.nodes_stored and self._try(lambda: self.summaries.extend(self.writer.store([rows], [], (), ()))):
-                self.next += 1
-                continue
-            why = bounded_text(f"the database refused the call's record ({self.refusal})", self.rules, MAX_FINDING_TEXT)
-            raw = raw_call(trace, "unstorable", why, self.rules)
-            self.writer.mark_raw(trace.call_id)
+            if self.raw is None:
+                if self.nodes_stored and self._try(lambda: self.summaries.extend(self.writer.store([rows], [], (), ()))):
+                    self.next += 1
+                    continue
+                what = "the call's record" if self.nodes_stored else "the Node objects of the call's batch"
+                why = bounded_text(f"the database refused {what} ({self.refusal})", self.rules, MAX_FINDING_TEXT)
+                self.raw = raw_call(trace, "unstorable", why, self.rules)
+                self.writer.mark_raw(trace.call_id)  # only this form of the call is stored from here on
+            raw = self.raw
             if not self._try(lambda: self.summaries.extend(self.writer.store([raw], [], (), ()))):
                 log.error("recorder: call %s dropped: the database refused even its raw record (%s)",
                           trace.call_id, self.refusal)
                 self.drop("unstorable", 1, trace.started_at, trace.finished_at)
-            self.next += 1
+            self.next, self.raw = self.next + 1, None
         return self.summaries
 
     def _try(self, store: Callable[[], Any]) -> bool:
@@ -85,7 +103,7 @@ class StoreApart:
             store()
             return True
         except Exception as exc:
-            if is_outage(exc):
+            if not is_refusal(exc):
                 raise
             self.refusal = bounded_text(f"{type(exc).__name__}: {exc}".strip(), self.rules, 512)
             return False

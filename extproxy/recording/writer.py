@@ -21,7 +21,7 @@ from ..config import RecordingConfig, RedactionConfig, RetentionConfig
 from ..gaps import note_drops
 from ..nodeindex import NodeSets
 from ..redaction import bounded_text
-from .apart import StoreApart, is_outage
+from .apart import StoreApart, is_refusal
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compress, nodes_carried
 from .bulk import insert_rows
@@ -283,8 +283,8 @@ class Drainer:
 
     def _store(self, traces: list[Trace], built: list[Built], new_nodes: list, used: set[str],
                gaps: list[tuple[str, int, float, float]]) -> list[dict[str, Any]] | None:
-        """The batch stored: retried while the database is away; stored call by call (apart.py)
-        once the database refuses it. None when stopped while the database is away."""
+        """The batch stored: retried while the database is away or will not write; stored call by
+        call (apart.py) once it refuses the data. None when stopped meanwhile."""
         from django.db import close_old_connections, connection
 
         delay = 0.1
@@ -294,9 +294,9 @@ class Drainer:
                 summaries = self.writer.store(built, new_nodes, used, gaps) if apart is None else apart.run()
                 self.counters.database_works()  # saved with the batch's counts
                 return summaries
-            except Exception as exc:  # the database is away, or refused the batch
+            except Exception as exc:  # the database is away or will not write (kept, retried), or refused the data
                 self.counters.write_errors += 1
-                if apart is None and not is_outage(exc):
+                if apart is None and is_refusal(exc):
                     log.error("recorder: the database refused a batch of %d calls (%s); storing them one by one",
                               len(built), self._error_text(exc))
                     apart = StoreApart(self.writer, traces, built, new_nodes, used, gaps, self.writer.redaction,
