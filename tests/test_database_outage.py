@@ -104,6 +104,12 @@ def test_pages_and_the_api_say_the_database_is_away_and_work_again_when_it_is_ba
         assert asyncio.run(websocket(inst.url, "?token=" + token)) == ('{"type": "reset"}', None)
         inst.wait_drained()
         assert len(api.get(f"{inst.url}/api/calls/", timeout=10).json()["results"]) == 1
+        # A short outage that no request sees: the pooled connections that sat through it are dead,
+        # and none may be handed to the first request after it.
+        postgres.stop()
+        postgres.start()
+        wait_accepting(postgres.url)
+        assert api.get(f"{inst.url}/api/calls/", timeout=10).status_code == 200
     finally:
         inst.close()
     assert "Traceback" not in outage_log, outage_log
