@@ -175,4 +175,3 @@ def test_a_fault_that_is_not_the_datas_is_retried_and_loses_nothing(transactiona
 ])
 def test_storable_text_is_what_any_database_takes(text, stored):
     assert storable_text(text) == stored
-    stored.encode("utf-8")  # what PostgreSQL and SQLite's driver need

@@ -28,29 +28,19 @@ from .trace import Trace
 log = logging.getLogger(__name__)
 
 
-def _errors(django_names: tuple[str, ...], psycopg_names: tuple[str, ...]) -> tuple[type[BaseException], ...]:
-    import django.db
-
-    errors: list[type[BaseException]] = [getattr(django.db, name) for name in django_names]
-    try:  # COPY goes through psycopg's own cursor: its errors are not Django's
-        import psycopg
-
-        errors += [getattr(psycopg, name) for name in psycopg_names]
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
-def is_outage(exc: BaseException) -> bool:
-    """The database is away or busy: refused or cut the connection, locked, timed out."""
-    return isinstance(exc, _errors(("OperationalError", "InterfaceError"), ("OperationalError", "InterfaceError")))
-
-
 def is_refusal(exc: BaseException) -> bool:
     """The database refused the data itself: it will refuse the same rows again. A string the
     driver cannot encode is one too (storable_text keeps such strings out; this is the net)."""
-    return isinstance(exc, UnicodeEncodeError) or isinstance(
-        exc, _errors(("DataError", "IntegrityError"), ("DataError", "IntegrityError")))
+    from django.db import DataError, IntegrityError
+
+    refusals: tuple[type[BaseException], ...] = (UnicodeEncodeError, DataError, IntegrityError)
+    try:  # COPY goes through psycopg's own cursor: its errors are not Django's
+        import psycopg
+
+        refusals += (psycopg.DataError, psycopg.IntegrityError)
+    except ImportError:
+        pass
+    return isinstance(exc, refusals)
 
 
 class StoreApart:
