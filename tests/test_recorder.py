@@ -662,3 +662,35 @@ def test_the_database_is_told_as_the_recorder_last_found_it_while_it_reports(tmp
                                        "database": {"ok": reported, "failing_since": time.time() - 30, "error": "x"}})
     assert recorders_database(read_recorder_counters(tmp_path))["ok"] is told
     assert recorders_database({})["ok"] is None  # never reported
+
+
+def previous_report(root, ok: bool | None, age: float, since: float | None = None, error: str = "") -> None:
+    """recorder.json as an earlier recorder process left it, `age` seconds ago."""
+    write_recorder_counters(root, {"pid": 1, "updated_at": time.time() - age, "written": 0,
+                                   "database": {"ok": ok, "failing_since": since, "error": error}})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_restarted_recorder_keeps_the_start_of_an_outage_it_takes_over(tmp_path):
+    """The outage's start survives a recorder restart (recorder.json), unless that report is old."""
+    root = tmp_path / "spool"
+    root.mkdir()
+    since = time.time() - 240
+    previous_report(root, ok=False, age=20, since=since, error="OperationalError: the database system is starting up")
+    drainer = Drainer(root, RecordingConfig(), RedactionConfig())
+    assert drainer.counters.database_ok is False and drainer.counters.database_failing_since == pytest.approx(since)
+    drainer.counters.database_fails("OperationalError: still down")  # the new process's first check
+    assert drainer.counters.database_failing_since == pytest.approx(since)
+    drainer.run(until_idle=True)  # its check at start: the (test) database answers
+    drainer.close()
+    saved = json.loads((root / "recorder.json").read_text())["database"]
+    assert saved["ok"] is True and saved["failing_since"] is None
+
+    previous_report(root, ok=False, age=400, since=since - 1000, error="old")  # too old to say the outage went on
+    drainer = Drainer(root, RecordingConfig(), RedactionConfig())
+    assert drainer.counters.database_ok is None
+    drainer.close()
+    previous_report(root, ok=True, age=1)
+    drainer = Drainer(root, RecordingConfig(), RedactionConfig())
+    assert drainer.counters.database_ok is None and drainer.counters.database_failing_since is None
+    drainer.close()

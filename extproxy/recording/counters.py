@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# An outage the previous recorder reported this recently is taken to go on (kubelet restarts a
+# crashing container after at most 5 minutes); an older report says nothing of the time since.
+RESUME_WITHIN = 300.0
+
+
 @dataclass
 class Counters:
     """The recorder process's counters, mirrored to recorder.json for the serving /metrics."""
@@ -34,6 +39,19 @@ class Counters:
             "database": {"ok": self.database_ok, "failing_since": self.database_failing_since,
                          "error": self.database_error},
         }
+
+    def resume_outage(self, previous: dict[str, Any], now: float | None = None) -> None:
+        """Take over the outage the previous recorder process reported (its recorder.json), if
+        it reported one at most RESUME_WITHIN seconds ago: a recorder restarted, or crash-looping,
+        while the database is away would otherwise say the outage began at its own start. The
+        next check or batch confirms it (keeping the start) or ends it."""
+        database = previous.get("database") or {}
+        updated_at, since = previous.get("updated_at"), database.get("failing_since")
+        now = time.time() if now is None else now
+        if database.get("ok") is False and isinstance(updated_at, (int, float)) and isinstance(since, (int, float)) \
+                and 0 <= now - updated_at <= RESUME_WITHIN and since <= updated_at:
+            self.database_ok, self.database_failing_since = False, float(since)
+            self.database_error = str(database.get("error") or "")
 
     def database_works(self) -> None:
         self.database_ok, self.database_failing_since, self.database_error = True, None, ""

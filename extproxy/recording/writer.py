@@ -28,7 +28,7 @@ from .bulk import insert_rows
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
 from .counters import Counters
-from .observe import write_recorder_counters
+from .observe import read_recorder_counters, write_recorder_counters
 from .spool_reader import ReadResult, SpoolReader
 from .trace import Trace, UnreadableRecord, decode_record, record_size
 
@@ -208,6 +208,7 @@ class Drainer:
         self.publisher = publisher
         self.stop = stop or threading.Event()
         self.counters = Counters()
+        self.counters.resume_outage(read_recorder_counters(self.root))
         self._next_prune = 0.0
         self._saved = 0.0
         self.until_idle = False
