@@ -9,6 +9,7 @@ urlpatterns = [
     path("feed/calls/", views.feed_calls, name="feed-calls"),
     path("feed/attempts/", views.feed_attempts, name="feed-attempts"),
     path("feed/summary/", views.feed_summary, name="feed-summary"),
+    path("feed/record-status/", views.record_status, name="record-status"),
     path("pods/<str:namespace>/<path:name>/", views.pod, name="pod"),
     path("backends/", views.backends, name="backends"),
     path("pending/", views.pending, name="pending"),

@@ -84,6 +84,11 @@ def pod(request, namespace: str, name: str):
     attempts = queries.pod_attempts(namespace, name)
     selected = next((a for a in attempts if a.key == request.GET.get("attempt")), attempts[0] if attempts else None)
     context: dict[str, Any] = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}
+    if attempts:  # calls dropped meanwhile may have been this pod's: the page says so
+        from .record_status import recent_drops
+
+        context["earliest_shown"] = min(a.started_at for a in attempts)
+        context["dropped_since_earliest"] = recent_drops(context["earliest_shown"])
     if selected is not None:
         calls = queries.attempt_calls([selected.key], requests=True).get(selected.key, selected.calls)
         filters = latest_per_backend(calls, "filter")
@@ -114,6 +119,17 @@ def pod(request, namespace: str, name: str):
     if request.htmx and request.htmx.target in fragments and selected is not None:
         return render(request, fragments[request.htmx.target], context)
     return render(request, "dashboard/pod.html", context)
+
+
+@viewer_required
+def record_status(request):
+    """The warnings above every page (record_status.py), for their refresh in place."""
+    from django.conf import settings
+
+    from .record_status import record_status as current
+
+    return render(request, "dashboard/_record_status.html",
+                  {"status": current(), "record_status_poll": settings.EXTPROXY_RECORD_STATUS_POLL_SECONDS})
 
 
 @viewer_required

@@ -104,6 +104,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "dashboard.record_status.context",
             ]
         },
     }
@@ -371,6 +372,10 @@ if EXTPROXY_SPOOL_RECYCLE_SEGMENTS < 0:
 EXTPROXY_HANDOFF_BYTES = envint("EXTPROXY_HANDOFF_BYTES", 256 << 20)
 EXTPROXY_SHUTDOWN_FLUSH_SECONDS = float(os.environ.get("EXTPROXY_SHUTDOWN_FLUSH_SECONDS") or 5.0)
 EXTPROXY_RECORDER_NICE = envint("EXTPROXY_RECORDER_NICE", 10)
+# Every dashboard page warns once the oldest call not yet stored is this old (the recorder is
+# behind), and refreshes that warning every EXTPROXY_RECORD_STATUS_POLL_SECONDS.
+EXTPROXY_RECORD_BEHIND_SECONDS = float(os.environ.get("EXTPROXY_RECORD_BEHIND_SECONDS") or 10)
+EXTPROXY_RECORD_STATUS_POLL_SECONDS = envint("EXTPROXY_RECORD_STATUS_POLL_SECONDS", 15)
 # The recorder process under SCHED_IDLE (runs only when its core is otherwise idle); 0 = off.
 EXTPROXY_RECORDER_SCHED_IDLE = envint("EXTPROXY_RECORDER_SCHED_IDLE", 1) != 0
 # The shadow process (manage.py shadow): niceness increment; it also asks for SCHED_IDLE.

@@ -46,6 +46,7 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "feed/calls/": ("/feed/calls/", EVERYONE),
     "feed/attempts/": ("/feed/attempts/", EVERYONE),
     "feed/summary/": ("/feed/summary/", EVERYONE),
+    "feed/record-status/": ("/feed/record-status/", EVERYONE),
     "pods/<str:namespace>/<path:name>/": ("/pods/ml/trainer/", EVERYONE),
     "backends/": ("/backends/", EVERYONE),
     "pending/": ("/pending/", EVERYONE),

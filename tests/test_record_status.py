@@ -1,0 +1,185 @@
+"""Every dashboard page says when the record behind it cannot be trusted right now: the recorder
+behind (calls waiting in the spool), the database away, no recorder reporting, recording off,
+calls dropped in the last hour; the pod page, calls dropped since the earliest call it shows.
+Through a real spool, a real recorder drain, real gap rows and the pages as a viewer gets them."""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from extproxy.config import RecordingConfig, RedactionConfig
+from extproxy.engine import Engine, set_engine
+from extproxy.models import RecordingGap
+from extproxy.recording import SpoolRecorder
+from extproxy.recording.observe import write_recorder_counters
+from extproxy.recording.spool import SpoolSettings
+from extproxy.recording.spool_writer import SpoolWriter
+from extproxy.recording.trace import encode_trace
+from extproxy.recording.writer import Drainer
+from tests.test_dashboard_pages import gpu_attempt, record
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+XSS = "<script>alert('db')</script>"
+
+
+@pytest.fixture
+def spool(tmp_path, settings):
+    """An engine whose recorder spools to a directory of the test's own (recording on)."""
+    from extproxy.config import load_config
+
+    root = tmp_path / "spool"
+    root.mkdir()
+    config = load_config(None)
+    previous = set_engine(Engine(config, SpoolRecorder(config.recording, SpoolSettings(root=root))))
+    yield root
+    set_engine(previous)
+
+
+def viewer() -> Client:
+    User.objects.create_superuser("op", "", "pw")
+    client = Client()
+    assert client.login(username="op", password="pw")
+    return client
+
+
+def reports(root: Path, ok: bool | None = True, age: float = 0.0, since: float | None = None, error: str = "") -> None:
+    """recorder.json as the recorder process writes it, `age` seconds old."""
+    write_recorder_counters(root, {"pid": 1, "updated_at": time.time() - age, "written": 0,
+                                   "database": {"ok": ok, "failing_since": since, "error": error}})
+
+
+def warnings(client: Client, path: str = "/") -> list[str]:
+    """The warnings above the page, as text."""
+    import re
+
+    page = client.get(path)
+    assert page.status_code == 200, page.content[:300]
+    html = page.content.decode()
+    block = re.search(r'<div id="record-status".*?</div>', html, re.S)
+    assert block is not None, "no record status on the page"
+    return [re.sub(r"<[^>]+>", "", item).strip() for item in re.findall(r"<li[^>]*>(.*?)</li>", block.group(0), re.S)]
+
+
+def gap(reason: str, calls: int, minutes_ago: float, span_minutes: float = 1.0) -> None:
+    last = datetime.now(timezone.utc) - timedelta(minutes=minutes_ago)
+    RecordingGap.objects.create(reason=reason, calls=calls, first_at=last - timedelta(minutes=span_minutes),
+                                last_at=last, noted_at=datetime.now(timezone.utc))
+
+
+def test_it_says_nothing_while_the_record_is_current(spool):
+    client = viewer()
+    reports(spool)
+    gap("queue-full", 9, minutes_ago=120)  # older than the last hour
+    gap("pruned-age", 5000, minutes_ago=5)  # retention's deliberate deletion, not a loss
+    for path in ("/", "/pending/", "/backends/", "/replays/", "/pods/ml-team/trainer/"):
+        assert warnings(client, path) == [], path
+
+
+def test_it_says_how_far_behind_the_record_is_until_the_recorder_has_drained_it(spool, settings):
+    settings.EXTPROXY_RECORD_BEHIND_SECONDS = 0.2
+    client = viewer()
+    reports(spool)
+    writer = SpoolWriter(SpoolSettings(root=spool), "serve")
+    assert writer.append([encode_trace(t) for t in gpu_attempt(name="waiting")]) == [True] * 3
+    writer.close()
+    assert warnings(client) == []  # just spooled: the recorder's usual delay is not "behind"
+    time.sleep(0.3)
+    [behind] = warnings(client)
+    assert "The record is 0 s behind: 3 answered calls wait in this replica's spool" in behind, behind
+
+    drainer = Drainer(spool, RecordingConfig(), RedactionConfig())
+    drainer.run(until_idle=True)
+    drainer.close()
+    assert warnings(client) == []
+    assert client.get("/pods/ml-team/waiting/").content.count(b"node-01") > 0  # drained into the record
+
+
+def test_it_says_since_when_the_recorder_cannot_write_to_the_database(spool):
+    client = viewer()
+    since = datetime(2026, 12, 5, 21, 40, 7, tzinfo=timezone.utc).timestamp()
+    reports(spool, ok=False, since=since, error=f"OperationalError: connection refused {XSS}")
+    [failing] = warnings(client)
+    assert "cannot write to the database since 2026-12-05 21:40:07 UTC" in failing
+    assert "OperationalError: connection refused" in failing
+    html = client.get("/").content.decode()
+    assert XSS not in html and "&lt;script&gt;alert(&#x27;db&#x27;)&lt;/script&gt;" in html  # text, not markup
+
+
+def test_it_says_when_no_recorder_reports_and_drops_a_stale_database_state(spool):
+    client = viewer()
+    [never] = warnings(client)
+    assert "No recorder process has reported" in never
+    reports(spool, ok=False, age=125, since=time.time() - 600, error="gone")
+    [silent] = warnings(client)
+    assert "last reported 125 s ago" in silent  # not "cannot write since": that is 125 s old
+    reports(spool, ok=True, age=2)
+    assert warnings(client) == []
+
+
+def test_it_lists_the_last_hours_drops_by_reason(spool):
+    client = viewer()
+    reports(spool)
+    gap("spool-full", 40, minutes_ago=50)
+    gap("spool-full", 2, minutes_ago=10)
+    gap("queue-full", 7, minutes_ago=58, span_minutes=5)  # began before the hour, reaches into it
+    gap("queue-full", 5, minutes_ago=61)  # ended before it
+    gap("queue-full", 3, minutes_ago=200)
+    found = warnings(client, "/pending/")
+    assert [w.split(" dropped")[0] for w in found] == ["7 calls", "42 calls"], found
+    assert "(queue-full)" in found[0] and "(spool-full)" in found[1]
+    assert '<a href="/api/gaps/?since=' in client.get("/pending/").content.decode()
+
+
+def test_it_says_when_recording_is_off(tmp_path, write_config):
+    from extproxy.config import load_config
+
+    config = load_config(write_config({"backends": [{"name": "a", "urlPrefix": "http://127.0.0.1:9/x", "filterVerb": "filter"}],
+                                       "recording": {"enabled": False}}))
+    previous = set_engine(Engine(config, SpoolRecorder(config.recording, SpoolSettings(root=tmp_path / "spool"))))
+    try:
+        [off] = warnings(viewer())
+        assert "Recording is off" in off
+    finally:
+        set_engine(previous)
+
+
+def test_the_warnings_refresh_in_place_and_need_a_viewer(spool, settings):
+    settings.EXTPROXY_RECORD_STATUS_POLL_SECONDS = 7
+    anonymous = Client().get("/feed/record-status/")
+    assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
+    User.objects.create_user("nobody", "", "pw")
+    nobody = Client()
+    assert nobody.login(username="nobody", password="pw")
+    assert nobody.get("/feed/record-status/").status_code == 403
+    assert b'id="record-status"' not in nobody.get("/accounts/login/").content
+
+    client = viewer()
+    fragment = client.get("/feed/record-status/").content.decode()
+    assert fragment.lstrip().startswith("<div id=\"record-status\"") or 'id="record-status"' in fragment.split("\n")[2]
+    assert 'hx-get="/feed/record-status/"' in fragment and 'hx-trigger="every 7s"' in fragment
+    assert "<html" not in fragment
+    assert "No recorder process has reported" in fragment
+
+
+def test_the_pod_page_says_calls_were_lost_since_its_earliest_call(spool):
+    client = viewer()
+    reports(spool)
+    started = time.time() - 30 * 60
+    record(gpu_attempt(name="lost-calls", at=started))
+    gap("spool-full", 12, minutes_ago=20)  # after the pod's earliest call: may be its calls
+    gap("queue-full", 4, minutes_ago=45, span_minutes=2)  # before it: not this pod's
+    html = client.get("/pods/ml-team/lost-calls/").content.decode()
+    assert "the record lost 12 calls (spool-full" in html
+    assert "queue-full" not in html.split("<h1>")[1].split("</p>")[1]
+    assert "some of this pod's attempts or calls may be missing below" in html
+    gap("spool-full", 1, minutes_ago=90)  # far before: nothing changes
+    assert client.get("/pods/ml-team/lost-calls/").content.decode().count("the record lost") == 1
+    other = client.get("/pods/ml-team/never-seen/").content.decode()
+    assert "No calls recorded for this pod." in other and "the record lost" not in other
+
