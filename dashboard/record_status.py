@@ -8,11 +8,14 @@ rows). /readyz and /metrics say all of this, but nobody reads them while looking
 
 Owns what is shown and when: the spool as this replica's serving process sees it (each replica
 has its own spool and recorder), the recorder's last report (recorder.json), and the drops of
-the last hour. Must not judge or write anything. Everything here is read from the spool's
-files and one query of the gap table, so a page pays little for it.
+the last hour. Must not judge or write anything, and must not fail a page: whatever it cannot
+read, it says it could not. Each page pays for reading the spool's cursor files and one
+aggregate query of the gap table.
 """
 from __future__ import annotations
 
+import logging
+import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -20,16 +23,21 @@ from typing import Any
 
 from django.conf import settings
 
+from extproxy.ratelog import RateLimitedLog
+
 # Reasons that are retention's deliberate deletions, not calls the record failed to keep.
 PRUNED = ("pruned-age", "pruned-count", "pruned-size")
 DROPS_WINDOW = timedelta(hours=1)  # drops this recent are shown on every page
 ERROR_SHOWN = 300  # characters of the recorder's last database error (redacted by it already)
 
+_log = RateLimitedLog(logging.getLogger("extproxy.dashboard"), interval=60.0)
+
 
 @dataclass
 class RecordStatus:
+    replica: str = field(default_factory=socket.gethostname)  # the pod's name in a Deployment
+    unknown: bool = False  # it could not be read (logged): nothing below is known
     recording: bool = True  # recording.enabled in the configuration
-    config_error: str = ""  # the configuration cannot be loaded: nothing else is known
     behind_calls: int = 0  # calls answered, spooled and not yet in the database...
     behind_seconds: float = 0.0  # ...the oldest of them this long ago (shown from BEHIND_SECONDS)
     database_failing_since: datetime | None = None  # as the recorder last found the database
@@ -44,58 +52,70 @@ class RecordStatus:
 
     @property
     def trouble(self) -> bool:
-        return bool(not self.recording or self.config_error or self.behind or self.database_failing_since
+        return bool(self.unknown or not self.recording or self.behind or self.database_failing_since
                     or self.recorder_silent_seconds is not None or self.recorder_never_reported or self.drops)
 
 
 def record_status(now: float | None = None) -> RecordStatus:
-    """The record as it stands for this replica, now."""
-    from extproxy.engine import get_engine
-    from extproxy.recording.observe import RECORDER_SILENT_SECONDS, read_recorder_counters
-
-    now = time.time() if now is None else now
+    """The record as it stands for this replica, now; `unknown` when it cannot be read."""
     status = RecordStatus()
     try:
-        recorder = get_engine().recorder
-    except Exception as exc:  # the pages that need the configuration say more
-        status.config_error = str(exc)[:ERROR_SHOWN]
-        return status
-    status.drops = recent_drops(datetime.fromtimestamp(now, timezone.utc) - DROPS_WINDOW)
-    if not recorder.keeping:
-        status.recording = False
-        return status
-    spool = recorder.status()
-    status.behind_calls, status.behind_seconds = spool.depth, spool.oldest_age
-    theirs = read_recorder_counters(recorder.spool.root)
-    if "updated_at" not in theirs:
-        status.recorder_never_reported = True
-        return status
-    silent = now - theirs["updated_at"]
-    if silent > RECORDER_SILENT_SECONDS:
-        status.recorder_silent_seconds = silent
-        return status  # what it last said of the database is too old to tell
-    database = theirs.get("database") or {}
-    if database.get("ok") is False:
-        since = database.get("failing_since")
-        status.database_failing_since = datetime.fromtimestamp(since or theirs["updated_at"], timezone.utc)
-        status.database_error = str(database.get("error") or "")[:ERROR_SHOWN]
+        _read(status, time.time() if now is None else now)
+    except Exception as exc:  # a page is shown without this, never failed by it
+        _log.emit(logging.WARNING, "record-status", "the record's status could not be read: %s: %s",
+                  type(exc).__name__, exc)
+        return RecordStatus(unknown=True)
     return status
 
 
-def recent_drops(since: datetime) -> list[dict[str, Any]]:
-    """Calls dropped (not pruned) in gaps that reach past `since`, per reason; [] when the gap
-    table cannot be read (the page itself then says the database is away)."""
-    from django.db import DatabaseError
+def _read(status: RecordStatus, now: float) -> None:
+    from extproxy.engine import get_engine
+    from extproxy.recording.observe import RECORDER_SILENT_SECONDS, read_recorder_counters
 
-    from extproxy.gaps import gaps_overlapping
+    recorder = get_engine().recorder
+    status.drops = recent_drops(datetime.fromtimestamp(now, timezone.utc) - DROPS_WINDOW)
+    if not recorder.keeping:
+        status.recording = False
+        return
+    spool = recorder.status()
+    status.behind_calls, status.behind_seconds = spool.depth, spool.oldest_age
+    theirs = read_recorder_counters(recorder.spool.root)
+    updated_at = _epoch(theirs.get("updated_at"))
+    if updated_at is None:
+        status.recorder_never_reported = True
+        return
+    if now - updated_at > RECORDER_SILENT_SECONDS:
+        status.recorder_silent_seconds = now - updated_at
+        return  # what it last said of the database is too old to tell
+    database = theirs.get("database")
+    if isinstance(database, dict) and database.get("ok") is False:
+        since = _epoch(database.get("failing_since")) or updated_at
+        status.database_failing_since = datetime.fromtimestamp(since, timezone.utc)
+        status.database_error = str(database.get("error") or "")[:ERROR_SHOWN]
+
+
+def _epoch(value: Any) -> float | None:
+    """A time in recorder.json (epoch seconds), or None for anything else (NaN and infinities
+    fail the range too)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 < value < 1e11 else None
+
+
+def recent_drops(since: datetime) -> list[dict[str, Any]]:
+    """Calls dropped (not pruned) in gaps that reach past `since`, per reason, with the span
+    they cover; [] while the database is away (the page itself then says so)."""
+    from django.db.models import Max, Min, Sum
+
+    from extproxy.database_down import OUTAGE
+    from extproxy.models import RecordingGap
 
     try:
-        found = [g for g in gaps_overlapping(since, None) if g["reason"] not in PRUNED]
-    except DatabaseError:
+        return list(RecordingGap.objects.filter(last_at__gte=since).exclude(reason__in=PRUNED)
+                    .values("reason").annotate(calls=Sum("calls"), first=Min("first_at"), last=Max("last_at"))
+                    .order_by("reason"))
+    except OUTAGE:
         return []
-    for g in found:  # datetimes for the templates' date filter; the ISO text stays for links
-        g["first"], g["last"] = (datetime.fromisoformat(g[k].replace("Z", "+00:00")) for k in ("first_at", "last_at"))
-    return found
 
 
 def context(request) -> dict[str, Any]:

@@ -84,11 +84,6 @@ def pod(request, namespace: str, name: str):
     attempts = queries.pod_attempts(namespace, name)
     selected = next((a for a in attempts if a.key == request.GET.get("attempt")), attempts[0] if attempts else None)
     context: dict[str, Any] = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}
-    if attempts:  # calls dropped meanwhile may have been this pod's: the page says so
-        from .record_status import recent_drops
-
-        context["earliest_shown"] = min(a.started_at for a in attempts)
-        context["dropped_since_earliest"] = recent_drops(context["earliest_shown"])
     if selected is not None:
         calls = queries.attempt_calls([selected.key], requests=True).get(selected.key, selected.calls)
         filters = latest_per_backend(calls, "filter")
@@ -118,18 +113,33 @@ def pod(request, namespace: str, name: str):
     fragments = {"node-table": "dashboard/_node_table.html", "score-matrix": "dashboard/_score_matrix.html"}
     if request.htmx and request.htmx.target in fragments and selected is not None:
         return render(request, fragments[request.htmx.target], context)
+    if attempts:  # calls dropped meanwhile may have been this pod's: the page says so
+        from .record_status import recent_drops
+
+        context["earliest_shown"] = min(a.started_at for a in attempts)
+        context["dropped_since_earliest"] = recent_drops(context["earliest_shown"])
     return render(request, "dashboard/pod.html", context)
 
 
-@viewer_required
 def record_status(request):
-    """The warnings above every page (record_status.py), for their refresh in place."""
-    from django.conf import settings
+    """The warnings above every page (record_status.py), for their refresh in place. A page
+    whose session ended, or whose user lost the permission, is reloaded (htmx would put the
+    login page or the 403 inside it); other requests get the usual redirect or 403."""
+    from django_htmx.http import HttpResponseClientRefresh
 
+    if request.htmx and not request.user.has_perm(Perm.VIEW_CALLS):
+        return HttpResponseClientRefresh()
+    return _record_status(request)
+
+
+@viewer_required
+def _record_status(request):
     from .record_status import record_status as current
 
-    return render(request, "dashboard/_record_status.html",
-                  {"status": current(), "record_status_poll": settings.EXTPROXY_RECORD_STATUS_POLL_SECONDS})
+    return render(request, "dashboard/_record_status.html", {"status": current()})
+
+
+record_status.required_permission = Perm.VIEW_CALLS  # type: ignore[attr-defined]  # checked above, and by _record_status
 
 
 @viewer_required

@@ -28,6 +28,7 @@ from django.views.defaults import server_error as plain_server_error
 from .ratelog import RateLimitedLog
 
 OUTAGE = (OperationalError, InterfaceError)
+RECORD_STATUS_PATH = "/feed/record-status/"  # dashboard/urls.py: answered 200 (see server_error)
 RETRY_AFTER = "5"  # seconds: the pool's wait, and about how soon a restarted database takes connections
 
 _log = RateLimitedLog(logging.getLogger("extproxy.database"), interval=60.0)
@@ -48,14 +49,20 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if not isinstance(exc, OUTAGE):
         return plain_server_error(request)
     reason = f"the database is unavailable ({type(exc).__name__})"
+    sentence = reason[0].upper() + reason[1:]
     said = ("Calls from kube-scheduler are still served; they wait in the spool and are recorded "
             f"when the database is back{_waiting()}.")
+    if request.path == RECORD_STATUS_PATH:
+        # The warnings every dashboard page refreshes in place: htmx swaps no 5xx, so an open
+        # page would keep saying all is well exactly while the database is away.
+        return HttpResponse(f'<ul><li class="record-database">{escape(sentence)}: these pages cannot '
+                            f'be read or refreshed. {escape(said)}</li></ul>', content_type="text/html; charset=utf-8")
     if request.path.startswith("/api/"):
         response: HttpResponse = JsonResponse({"detail": f"{reason}. {said}"}, status=503)
     else:
         response = HttpResponse(
             "<!doctype html>\n<html lang=\"en\"><head><title>Database unavailable (503)</title></head><body>"
-            f"<h1>Database unavailable</h1><p>{escape(reason.capitalize())}. {escape(said)}</p>"
+            f"<h1>Database unavailable</h1><p>{escape(sentence)}. {escape(said)}</p>"
             "<p>This page will work again once it is back.</p></body></html>\n",
             status=503, content_type="text/html; charset=utf-8")
     response["Retry-After"] = RETRY_AFTER

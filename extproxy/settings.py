@@ -374,8 +374,10 @@ EXTPROXY_SHUTDOWN_FLUSH_SECONDS = float(os.environ.get("EXTPROXY_SHUTDOWN_FLUSH_
 EXTPROXY_RECORDER_NICE = envint("EXTPROXY_RECORDER_NICE", 10)
 # Every dashboard page warns once the oldest call not yet stored is this old (the recorder is
 # behind), and refreshes that warning every EXTPROXY_RECORD_STATUS_POLL_SECONDS.
-EXTPROXY_RECORD_BEHIND_SECONDS = float(os.environ.get("EXTPROXY_RECORD_BEHIND_SECONDS") or 10)
+EXTPROXY_RECORD_BEHIND_SECONDS = envfloat("EXTPROXY_RECORD_BEHIND_SECONDS", 10.0)
 EXTPROXY_RECORD_STATUS_POLL_SECONDS = envint("EXTPROXY_RECORD_STATUS_POLL_SECONDS", 15)
+if EXTPROXY_RECORD_STATUS_POLL_SECONDS < 1:  # htmx would not poll at all
+    raise ValueError(f"EXTPROXY_RECORD_STATUS_POLL_SECONDS={EXTPROXY_RECORD_STATUS_POLL_SECONDS}: expected 1 or more")
 # The recorder process under SCHED_IDLE (runs only when its core is otherwise idle); 0 = off.
 EXTPROXY_RECORDER_SCHED_IDLE = envint("EXTPROXY_RECORDER_SCHED_IDLE", 1) != 0
 # The shadow process (manage.py shadow): niceness increment; it also asks for SCHED_IDLE.

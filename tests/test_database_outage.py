@@ -85,6 +85,10 @@ def test_pages_and_the_api_say_the_database_is_away_and_work_again_when_it_is_ba
             page = browser.get(f"{inst.url}/", timeout=10)
             assert page.status_code == 503 and page.headers["Content-Type"].startswith("text/html")
             assert "database is unavailable" in page.text and "spool" in page.text
+            # An open page's warnings, refreshed by htmx (which swaps no 5xx): they say so too.
+            status = browser.get(f"{inst.url}/feed/record-status/", headers={"HX-Request": "true"}, timeout=10)
+            assert status.status_code == 200 and "database is unavailable" in status.text, status.text
+            assert "cannot be read or refreshed" in status.text and "spool" in status.text
         token = api.headers["Authorization"].split()[-1]
         for _ in range(3):  # the live feed: told to come back later, each time (an open dashboard reconnects)
             assert asyncio.run(websocket(inst.url, "?token=" + token)) == (None, 1013)

@@ -45,6 +45,7 @@ def test_the_live_page_shows_lost_calls_and_clears_them_in_place(backend_server,
     page.wait_for_selector("#conn[data-state=live]")
     page.locator("#calls tr").first.wait_for()
     assert page.evaluate(f"{WARNINGS}.length") == 0
+    page.evaluate("document.getElementById('record-status').dataset.mark = 'kept'")  # the same element after
 
     now = datetime.now(timezone.utc)
     gap = off_the_loop(lambda: RecordingGap.objects.create(
@@ -54,6 +55,7 @@ def test_the_live_page_shows_lost_calls_and_clears_them_in_place(backend_server,
     text = page.inner_text("#record-status li")
     assert text.startswith("31 calls dropped (spool-full<b>x</b>) between ") and "not in the record" in text
     assert page.locator("#record-status b").count() == 0  # the reason shown as text
+    assert page.evaluate("document.getElementById('record-status').dataset.mark") == "kept"  # its content swapped
     shoot(page, "record-status")
 
     post(server.url, "/extender/gpu/filter", fixture_bytes("filter-request.nodecache-true.json"))

@@ -686,7 +686,7 @@ def test_a_restarted_recorder_keeps_the_start_of_an_outage_it_takes_over(tmp_pat
     saved = json.loads((root / "recorder.json").read_text())["database"]
     assert saved["ok"] is True and saved["failing_since"] is None
 
-    previous_report(root, ok=False, age=400, since=since - 1000, error="old")  # too old to say the outage went on
+    previous_report(root, ok=False, age=700, since=since - 1000, error="old")  # too old to say the outage went on
     drainer = Drainer(root, RecordingConfig(), RedactionConfig())
     assert drainer.counters.database_ok is None
     drainer.close()

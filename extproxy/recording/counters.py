@@ -10,8 +10,9 @@ from typing import Any
 
 
 # An outage the previous recorder reported this recently is taken to go on (kubelet restarts a
-# crashing container after at most 5 minutes); an older report says nothing of the time since.
-RESUME_WITHIN = 300.0
+# crashing container after at most 5 minutes, and the new one takes a while to start and check);
+# an older report says nothing of the time since.
+RESUME_WITHIN = 600.0
 
 
 @dataclass
@@ -45,11 +46,13 @@ class Counters:
         it reported one at most RESUME_WITHIN seconds ago: a recorder restarted, or crash-looping,
         while the database is away would otherwise say the outage began at its own start. The
         next check or batch confirms it (keeping the start) or ends it."""
-        database = previous.get("database") or {}
+        database = previous.get("database")
+        if not isinstance(database, dict):
+            return
         updated_at, since = previous.get("updated_at"), database.get("failing_since")
         now = time.time() if now is None else now
         if database.get("ok") is False and isinstance(updated_at, (int, float)) and isinstance(since, (int, float)) \
-                and 0 <= now - updated_at <= RESUME_WITHIN and since <= updated_at:
+                and 0 <= now - updated_at <= RESUME_WITHIN and 0 < since <= updated_at:
             self.database_ok, self.database_failing_since = False, float(since)
             self.database_error = str(database.get("error") or "")
 

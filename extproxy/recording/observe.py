@@ -72,8 +72,11 @@ def spool_status(root: Path, known_last_seq: dict[str, int] | None = None,
             start = cursor.offset if first == cursor.segment else 0
             status.bytes += max(0, size - start)
             if oldest is None and size > start:
-                with open(path, "rb") as f:
-                    found = read_frame(f, start, expected_seq(first, start, cursor.seq))
+                try:
+                    with open(path, "rb") as f:
+                        found = read_frame(f, start, expected_seq(first, start, cursor.seq))
+                except FileNotFoundError:  # stored and freed by the recorder since the listing
+                    continue
                 if isinstance(found, Frame):
                     oldest = found.at
         if oldest is not None:
@@ -85,9 +88,10 @@ def spool_status(root: Path, known_last_seq: dict[str, int] | None = None,
 def read_recorder_counters(root: Path) -> dict:
     """The recorder process's counters (written by it after each batch), or {}."""
     try:
-        return json.loads((root / "recorder.json").read_text())
-    except (FileNotFoundError, ValueError):
+        counters = json.loads((root / "recorder.json").read_text())
+    except (OSError, ValueError):
         return {}
+    return counters if isinstance(counters, dict) else {}
 
 
 def write_recorder_counters(root: Path, counters: dict) -> None:
