@@ -359,6 +359,8 @@ EXTPROXY_SPOOL_MAX_BYTES = envint("EXTPROXY_SPOOL_MAX_BYTES", 4 << 30)
 EXTPROXY_SPOOL_SEGMENT_BYTES = envint("EXTPROXY_SPOOL_SEGMENT_BYTES", 8 << 20)
 # Deflate each call's record before it is spooled (recording/trace.py): 2.7-20x more calls fit.
 EXTPROXY_SPOOL_COMPRESS = envbool("EXTPROXY_SPOOL_COMPRESS", True)
+# ...records under 256 KiB only once the spool holds this many bytes (the recorder is behind); 0: always.
+EXTPROXY_SPOOL_COMPRESS_ABOVE = envint("EXTPROXY_SPOOL_COMPRESS_ABOVE", 32 << 20)
 EXTPROXY_SPOOL_FSYNC = os.environ.get("EXTPROXY_SPOOL_FSYNC") or "interval"
 if EXTPROXY_SPOOL_FSYNC not in ("always", "interval", "never"):
     raise ValueError(f"EXTPROXY_SPOOL_FSYNC={EXTPROXY_SPOOL_FSYNC!r}: expected always, interval or never")

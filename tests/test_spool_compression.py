@@ -3,8 +3,10 @@ that a damaged one is refused rather than misread, that a spool holding both for
 whole, and that the recorder's batch bound counts what a record takes once decoded."""
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +14,7 @@ from extproxy.config import RecordingConfig, RedactionConfig
 from extproxy.bodies import response_of
 from extproxy.models import Call
 from extproxy.recording import SpoolRecorder, Trace
-from extproxy.recording.spool import SpoolSettings
+from extproxy.recording.spool import ALWAYS_DEFLATED, SpoolSettings
 from extproxy.recording.spool_reader import SpoolReader
 from extproxy.recording.spool_writer import SpoolWriter
 from extproxy.recording.trace import (
@@ -89,13 +91,19 @@ def test_a_spool_written_before_and_after_compression_drains_whole(transactional
     """An upgrade finds packed records in the spool; the new serving process adds deflated ones."""
     spooled: list[Trace] = []
     for compress in (False, True):
-        recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "spool", compress=compress))
+        # compress_above=0: every record deflated, as the spool's backlog rule does once behind
+        recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "spool", compress=compress,
+                                                                  compress_above=0))
         recorder.start()
         for i in range(5):
             t = trace(response_body=NAMES_REPLY.replace(b"}", b" }", i))  # distinct replies, to compare below
             spooled.append(t)
             assert recorder.submit(t)
         assert recorder.stop()
+    reader = SpoolReader(tmp_path / "spool")
+    forms = [entry.payload[0] == DEFLATED_START for entry in reader.read(100, 1 << 30).entries]
+    reader.close()
+    assert forms == [False] * 5 + [True] * 5
     drainer = Drainer(tmp_path / "spool", RecordingConfig(), RedactionConfig())
     drainer.run(until_idle=True)
     drainer.close()
@@ -105,6 +113,71 @@ def test_a_spool_written_before_and_after_compression_drains_whole(transactional
     for t in spooled:
         assert response_of(stored[t.call_id]).data == t.response_body
         assert stored[t.call_id].pod_name == "trainer-7d9c5b6f8-b4x2s"  # read from the request
+
+
+def spooled_forms(root) -> list[bool]:
+    """Whether each record in the spool, in order, is deflated."""
+    reader = SpoolReader(root)
+    try:
+        return [entry.payload[0] == DEFLATED_START for entry in reader.read(10_000, 1 << 30).entries]
+    finally:
+        reader.close()
+
+
+def test_records_are_deflated_only_while_the_recorder_is_behind(transactional_db, tmp_path):
+    """Deflating costs the serving core; it pays only once the spool holds a backlog (its room
+    then counts). Plain while it holds less than compress_above, deflated from there, plain
+    again once the recorder has stored and freed what it held."""
+    plain = len(encode_trace(trace(), compress=False))
+    settings = SpoolSettings(root=tmp_path / "spool", compress_above=10 * plain, segment_bytes=4 * plain,
+                             fsync="never")
+    recorder = SpoolRecorder(RecordingConfig(), settings)
+    recorder.start()
+    for _ in range(30):  # one a round, as calls come: the segments turn over every 4 or so
+        assert recorder.submit(trace())
+        assert recorder.flush(20)
+    forms = spooled_forms(settings.root)
+    assert forms == [False] * 10 + [True] * 20, forms  # at 10 records held, behind: deflated
+    drainer = Drainer(settings.root, RecordingConfig(), RedactionConfig(), recycle=0)
+    drainer.run(until_idle=True)  # stored, and the finished segments deleted
+    drainer.close()
+    assert drainer.counters.written == 30
+    time.sleep(1.1)  # the writer measures the spool again at most every second
+    for _ in range(3):
+        assert recorder.submit(trace())
+    assert recorder.flush(20)
+    assert spooled_forms(settings.root) == [False] * 3  # caught up: plain again
+    drainer = Drainer(settings.root, RecordingConfig(), RedactionConfig(), recycle=0)
+    drainer.run(until_idle=True)
+    drainer.close()
+    recorder.stop()
+    assert Call.objects.count() == 33
+
+
+def test_a_small_spool_deflates_every_record_from_an_eighth_of_its_bound():
+    settings = SpoolSettings(root=Path("unused"), max_bytes=8000, compress_above=32 << 20)
+    assert settings.smallest_deflated(999) == ALWAYS_DEFLATED and settings.smallest_deflated(1000) == 0
+    assert SpoolSettings(root=Path("unused"), compress_above=0).smallest_deflated(0) == 0
+
+
+def test_a_full_object_call_is_deflated_even_while_the_recorder_keeps_up(tmp_path):
+    """Written plain, its bytes cost the serving core more than deflating them."""
+    request = json.loads(FULL_REQUEST)
+    request["Nodes"]["items"] = request["Nodes"]["items"] * 60  # ~1,000 Nodes' worth of bytes
+    full = trace(json.dumps(request).encode(), node_cache_capable=False)
+    assert len(encode_trace(full, compress=False)) >= ALWAYS_DEFLATED > len(encode_trace(trace(), compress=False))
+    settings = SpoolSettings(root=tmp_path / "spool", fsync="never")
+    recorder = SpoolRecorder(RecordingConfig(), settings)
+    recorder.start()
+    assert recorder.submit(trace()) and recorder.submit(full)
+    assert recorder.flush(20)
+    recorder.stop()
+    assert spooled_forms(settings.root) == [False, True]
+    off = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "off", fsync="never", compress=False))
+    off.start()
+    assert off.submit(full) and off.flush(20)
+    off.stop()
+    assert spooled_forms(tmp_path / "off") == [False]
 
 
 def test_at_the_same_bound_the_spool_holds_more_than_twice_the_calls(tmp_path):

@@ -209,9 +209,11 @@ class SpoolRecorder:
     def _spool(self, batch: list[Trace]) -> None:
         assert self.writer is not None
         payloads: list[bytes] = []
+        held = self.writer.held()
         for trace in batch:
             try:
-                payloads.append(encode_trace(trace, self.spool.compress))
+                payloads.append(encode_trace(trace, self.spool.compress, self.spool.smallest_deflated(held)))
+                held += len(payloads[-1])
             except Exception:  # a field of an unexpected type: a bug, counted, never fatal
                 log.exception("recorder: could not encode a %s call", trace.verb)
                 self.drops.add("unencodable")

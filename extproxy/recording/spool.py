@@ -83,6 +83,10 @@ MAX_PAYLOAD = 1 << 31  # a length above this is garbage: a torn or corrupt heade
 FSYNC_POLICIES = ("always", "interval", "never")
 SEGMENT_SUFFIX = ".seg"
 FREE_SUFFIX = ".free"
+# A record this large (packed: a full-object call) is deflated even while the recorder keeps up:
+# written plain, the 5-20x more bytes cost the serving core more (copied to the page cache and
+# written back) than deflating them does (bench/README.md, "Nineteenth pass").
+ALWAYS_DEFLATED = 256 << 10
 DEFAULT_RECYCLE = 4  # EXTPROXY_SPOOL_RECYCLE_SEGMENTS: free files the recorder keeps per writer directory
 
 
@@ -94,6 +98,11 @@ class SpoolSettings:
     fsync: str = "interval"
     fsync_interval: float = 1.0
     compress: bool = True  # deflate call records (trace.encode_trace); the reader takes both forms
+    # ...all of them once the spool holds this many bytes (or an eighth of max_bytes, if less):
+    # the recorder is behind, and the spool's room counts. Until then only records of at least
+    # ALWAYS_DEFLATED bytes, and the serving core is spared deflating the others (26 us of a
+    # names call with 1,000 nodes). 0: every record.
+    compress_above: int = 32 << 20
 
     def __post_init__(self) -> None:
         if self.fsync not in FSYNC_POLICIES:
@@ -110,7 +119,13 @@ class SpoolSettings:
             fsync=settings.EXTPROXY_SPOOL_FSYNC,
             fsync_interval=settings.EXTPROXY_SPOOL_FSYNC_INTERVAL,
             compress=settings.EXTPROXY_SPOOL_COMPRESS,
+            compress_above=settings.EXTPROXY_SPOOL_COMPRESS_ABOVE,
         )
+
+    def smallest_deflated(self, held: int) -> int:
+        """While the spool holds `held` bytes, the packed size from which a record is deflated
+        (with `compress` on)."""
+        return 0 if held >= min(self.compress_above, self.max_bytes // 8) else ALWAYS_DEFLATED
 
 
 def frame_head(seq: int, payload: bytes, at: float) -> bytes:

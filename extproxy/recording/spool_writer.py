@@ -127,6 +127,14 @@ class SpoolWriter:
     def name(self) -> str:
         return self.directory.name
 
+    def held(self) -> int:
+        """Bytes of records the spool holds, stored or not: its files but the free ones and the
+        old bytes after the data of a reused one (measured again at most every second, as the
+        recorder frees what it stored)."""
+        self._refresh_disk(force=False)
+        seg = self._segment
+        return max(0, self._disk - self._free - (seg.size - seg.end if seg is not None else 0))
+
     def append(self, payloads: list[bytes]) -> list[bool]:
         """Append records in one gathered write; False for each that did not fit under the bound.
 

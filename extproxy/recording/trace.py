@@ -145,14 +145,15 @@ class UnreadableRecord(Exception):
     """A spooled record this recorder cannot turn back into a Trace."""
 
 
-def encode_trace(trace: Trace, compress: bool = True) -> bytes:
-    """The spooled form of `trace`: packed, then deflated unless `compress` is off or it gains
-    nothing. Deflated at ISA-L's level 0, because this runs on the serving core: names-mode calls
+def encode_trace(trace: Trace, compress: bool = True, smallest: int = COMPRESS_MIN) -> bytes:
+    """The spooled form of `trace`: packed, then deflated unless `compress` is off, it is
+    smaller than `smallest` (or COMPRESS_MIN) packed, or it gains nothing. Deflated at ISA-L's
+    level 0, because this runs on the serving core: names-mode calls
     shrink ~2.7x (N=100) to ~5x (N=1000), full-object calls 5-20x, so the spool holds that many
     more calls at its bound and the serving process writes that much less to the page cache
     (bench/README.md, "Fifth pass")."""
     packed = _encoder.encode(_Record(FORMAT, _spooled(trace)))
-    if not compress or len(packed) < COMPRESS_MIN:
+    if not compress or len(packed) < max(smallest, COMPRESS_MIN):
         return packed
     deflated = _deflate.compress(packed, 0, -15)
     if len(deflated) + _DEFLATED_HEAD.size >= len(packed):
