@@ -125,59 +125,88 @@ def spooled_forms(root) -> list[bool]:
 
 
 def test_records_are_deflated_only_while_the_recorder_is_behind(transactional_db, tmp_path):
-    """Deflating costs the serving core; it pays only once the spool holds a backlog (its room
-    then counts). Plain while it holds less than compress_above, deflated from there, plain
-    again once the recorder has stored and freed what it held."""
+    """Deflating costs the serving core; it pays only once the recorder is behind (the spool's
+    room then counts). Plain while less than compress_above waits to be stored, deflated from
+    there, plain again once the recorder has stored it, though its segment is still there."""
     plain = len(encode_trace(trace(), compress=False))
-    settings = SpoolSettings(root=tmp_path / "spool", compress_above=10 * plain, segment_bytes=4 * plain,
-                             fsync="never")
+    settings = SpoolSettings(root=tmp_path / "spool", compress_above=10 * plain, fsync="never")
     recorder = SpoolRecorder(RecordingConfig(), settings)
     recorder.start()
-    for _ in range(30):  # one a round, as calls come: the segments turn over every 4 or so
+    for _ in range(30):  # one a round, as calls come
         assert recorder.submit(trace())
         assert recorder.flush(20)
     forms = spooled_forms(settings.root)
-    assert forms == [False] * 10 + [True] * 20, forms  # at 10 records held, behind: deflated
-    drainer = Drainer(settings.root, RecordingConfig(), RedactionConfig(), recycle=0)
-    drainer.run(until_idle=True)  # stored, and the finished segments deleted
+    assert forms == [False] * 10 + [True] * 20, forms  # at 10 records waiting, behind: deflated
+    drainer = Drainer(settings.root, RecordingConfig(), RedactionConfig())
+    drainer.run(until_idle=True)  # stored; the one segment they are in stays, being written
     drainer.close()
     assert drainer.counters.written == 30
-    time.sleep(1.1)  # the writer measures the spool again at most every second
+    time.sleep(1.1)  # the writer reads the recorder's cursor again at most every second
     for _ in range(3):
         assert recorder.submit(trace())
-    assert recorder.flush(20)
+        assert recorder.flush(20)
     assert spooled_forms(settings.root) == [False] * 3  # caught up: plain again
-    drainer = Drainer(settings.root, RecordingConfig(), RedactionConfig(), recycle=0)
+    drainer = Drainer(settings.root, RecordingConfig(), RedactionConfig())
     drainer.run(until_idle=True)
     drainer.close()
     recorder.stop()
     assert Call.objects.count() == 33
 
 
+def test_an_unreadable_spool_deflates_and_another_writers_backlog_counts(tmp_path, monkeypatch, caplog):
+    from extproxy.recording import spool_writer
+
+    plain = len(encode_trace(trace(), compress=False))
+    settings = SpoolSettings(root=tmp_path / "spool", compress_above=10 * plain, fsync="never")
+    recorder = SpoolRecorder(RecordingConfig(), settings)
+    recorder.start()
+
+    def unreadable(*args):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(spool_writer, "undrained_bytes", unreadable)
+    assert recorder.submit(trace()) and recorder.flush(20)  # spooled all the same, deflated to save room
+    monkeypatch.undo()
+    assert recorder.submit(trace()) and recorder.flush(20)  # the thread goes on; the backlog is small
+    assert spooled_forms(settings.root) == [True, False]
+    assert recorder.spooled == 2 and "spool not readable: [Errno 24] Too many open files" in caplog.text
+
+    other = SpoolWriter(settings, "serve-2")  # a second serving process, its calls not yet stored
+    assert other.append([encode_trace(trace(), compress=False)] * 12) == [True] * 12
+    other.close()
+    time.sleep(1.1)  # the writer reads the cursors again at most every second
+    assert recorder.submit(trace()) and recorder.flush(20)
+    recorder.stop()
+    assert spooled_forms(settings.root) == [True, False, True] + [False] * 12  # by directory: serve, serve-2
+
+
 def test_a_small_spool_deflates_every_record_from_an_eighth_of_its_bound():
     settings = SpoolSettings(root=Path("unused"), max_bytes=8000, compress_above=32 << 20)
-    assert settings.smallest_deflated(999) == ALWAYS_DEFLATED and settings.smallest_deflated(1000) == 0
-    assert SpoolSettings(root=Path("unused"), compress_above=0).smallest_deflated(0) == 0
+    names, full = trace(), trace(FULL_REQUEST, node_cache_capable=False)
+    assert settings.smallest_deflated(999, names) == ALWAYS_DEFLATED and settings.smallest_deflated(1000, names) == 0
+    assert settings.smallest_deflated(0, full) == 0
+    assert SpoolSettings(root=Path("unused"), compress_above=0).smallest_deflated(0, names) == 0
 
 
-def test_a_full_object_call_is_deflated_even_while_the_recorder_keeps_up(tmp_path):
-    """Written plain, its bytes cost the serving core more than deflating them."""
-    request = json.loads(FULL_REQUEST)
-    request["Nodes"]["items"] = request["Nodes"]["items"] * 60  # ~1,000 Nodes' worth of bytes
-    full = trace(json.dumps(request).encode(), node_cache_capable=False)
-    assert len(encode_trace(full, compress=False)) >= ALWAYS_DEFLATED > len(encode_trace(trace(), compress=False))
+def test_full_object_and_large_records_are_deflated_even_while_the_recorder_keeps_up(tmp_path):
+    """Written plain, their bytes cost the serving core more than deflating them."""
+    many = json.loads(NAMES_REQUEST)
+    many["NodeNames"] = [f"node-{i:05d}" for i in range(30_000)]
+    large = trace(json.dumps(many).encode())
+    assert len(encode_trace(large, compress=False)) >= ALWAYS_DEFLATED > len(encode_trace(trace(), compress=False))
+    full = trace(FULL_REQUEST, node_cache_capable=False)  # a small cluster's: still deflated
     settings = SpoolSettings(root=tmp_path / "spool", fsync="never")
     recorder = SpoolRecorder(RecordingConfig(), settings)
     recorder.start()
-    assert recorder.submit(trace()) and recorder.submit(full)
-    assert recorder.flush(20)
+    for t in (trace(), full, large):
+        assert recorder.submit(t) and recorder.flush(20)
     recorder.stop()
-    assert spooled_forms(settings.root) == [False, True]
+    assert spooled_forms(settings.root) == [False, True, True]
     off = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "off", fsync="never", compress=False))
     off.start()
-    assert off.submit(full) and off.flush(20)
+    assert off.submit(full) and off.submit(large) and off.flush(20)
     off.stop()
-    assert spooled_forms(tmp_path / "off") == [False]
+    assert spooled_forms(tmp_path / "off") == [False, False]
 
 
 def test_at_the_same_bound_the_spool_holds_more_than_twice_the_calls(tmp_path):

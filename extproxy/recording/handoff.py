@@ -209,11 +209,15 @@ class SpoolRecorder:
     def _spool(self, batch: list[Trace]) -> None:
         assert self.writer is not None
         payloads: list[bytes] = []
-        held = self.writer.held()
+        try:
+            backlog = self.writer.backlog()
+        except OSError as exc:  # the append below meets it too (counted there); meanwhile save room
+            log.error("recorder: spool not readable: %s", exc)
+            backlog = self.spool.max_bytes
         for trace in batch:
             try:
-                payloads.append(encode_trace(trace, self.spool.compress, self.spool.smallest_deflated(held)))
-                held += len(payloads[-1])
+                payloads.append(encode_trace(trace, self.spool.compress, self.spool.smallest_deflated(backlog, trace)))
+                backlog += len(payloads[-1])
             except Exception:  # a field of an unexpected type: a bug, counted, never fatal
                 log.exception("recorder: could not encode a %s call", trace.verb)
                 self.drops.add("unencodable")

@@ -68,6 +68,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 try:  # ISA-L's CRC-32 is zlib's checksum (same values), ~3.5x faster on large records (PCLMUL)
     from isal.isal_zlib import crc32
@@ -83,9 +84,9 @@ MAX_PAYLOAD = 1 << 31  # a length above this is garbage: a torn or corrupt heade
 FSYNC_POLICIES = ("always", "interval", "never")
 SEGMENT_SUFFIX = ".seg"
 FREE_SUFFIX = ".free"
-# A record this large (packed: a full-object call) is deflated even while the recorder keeps up:
-# written plain, the 5-20x more bytes cost the serving core more (copied to the page cache and
-# written back) than deflating them does (bench/README.md, "Nineteenth pass").
+# A record this large (packed) is deflated even while the recorder keeps up, as is a full-object
+# call's of any size: written plain, the 5-20x more bytes cost the serving core more (copied to
+# the page cache and written back) than deflating them does (bench/README.md, "Nineteenth pass").
 ALWAYS_DEFLATED = 256 << 10
 DEFAULT_RECYCLE = 4  # EXTPROXY_SPOOL_RECYCLE_SEGMENTS: free files the recorder keeps per writer directory
 
@@ -98,10 +99,10 @@ class SpoolSettings:
     fsync: str = "interval"
     fsync_interval: float = 1.0
     compress: bool = True  # deflate call records (trace.encode_trace); the reader takes both forms
-    # ...all of them once the spool holds this many bytes (or an eighth of max_bytes, if less):
-    # the recorder is behind, and the spool's room counts. Until then only records of at least
-    # ALWAYS_DEFLATED bytes, and the serving core is spared deflating the others (26 us of a
-    # names call with 1,000 nodes). 0: every record.
+    # ...all of them once the recorder has this many bytes of the spool still to store (or an
+    # eighth of max_bytes, if less): it is behind, and the spool's room counts. Until then only
+    # full-object calls and records of ALWAYS_DEFLATED bytes or more, and the serving core is
+    # spared deflating the others (24 us of a names call with 1,000 nodes). 0: every record.
     compress_above: int = 32 << 20
 
     def __post_init__(self) -> None:
@@ -122,10 +123,13 @@ class SpoolSettings:
             compress_above=settings.EXTPROXY_SPOOL_COMPRESS_ABOVE,
         )
 
-    def smallest_deflated(self, held: int) -> int:
-        """While the spool holds `held` bytes, the packed size from which a record is deflated
-        (with `compress` on)."""
-        return 0 if held >= min(self.compress_above, self.max_bytes // 8) else ALWAYS_DEFLATED
+    def smallest_deflated(self, backlog: int, trace: Any) -> int:
+        """The packed size from which `trace`'s record is deflated (with `compress` on), while
+        the recorder has `backlog` bytes of the spool still to store: every record once behind,
+        a full-object call's always, others from ALWAYS_DEFLATED."""
+        if backlog >= min(self.compress_above, self.max_bytes // 8) or not trace.node_cache_capable:
+            return 0
+        return ALWAYS_DEFLATED
 
 
 def frame_head(seq: int, payload: bytes, at: float) -> bytes:

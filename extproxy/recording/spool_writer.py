@@ -54,6 +54,33 @@ def drop_free_files(root: Path) -> int:
     return freed
 
 
+BACKLOG_EVERY = 1.0  # seconds between readings of the recorder's cursors (SpoolWriter.backlog)
+
+
+def undrained_bytes(root: Path, known_end: dict[str, tuple[int, int]]) -> int:
+    """Bytes of every writer directory's segments from its cursor on (not yet stored).
+    `known_end`: a writer's own (segment, end of its data), so that its reused segment's old
+    bytes after the data are not counted."""
+    total = 0
+    with os.scandir(root) as entries:
+        writers = [Path(e.path) for e in entries if e.is_dir()]
+    for directory in writers:
+        cursor = read_cursor(directory)
+        end = known_end.get(directory.name)
+        for first in segments(directory):
+            if first < cursor.segment:
+                continue
+            if end is not None and end[0] == first:
+                size = end[1]
+            else:
+                try:
+                    size = (directory / segment_name(first)).stat().st_size
+                except FileNotFoundError:  # stored and freed by the recorder meanwhile
+                    continue
+            total += max(0, size - (cursor.offset if first == cursor.segment else 0))
+    return total
+
+
 # --- serving side ------------------------------------------------------------------------
 
 
@@ -97,6 +124,7 @@ class SpoolWriter:
         self._disk_checked = time.monotonic()
         self._synced = time.monotonic()
         self._dirty = False
+        self._backlog, self._backlog_at, self._appended = 0, float("-inf"), 0  # see backlog()
 
     def _claim(self, name: str) -> tuple[int, Path]:
         """This process's own directory: `name`, or `name-2`, ... when another writer holds it."""
@@ -127,13 +155,16 @@ class SpoolWriter:
     def name(self) -> str:
         return self.directory.name
 
-    def held(self) -> int:
-        """Bytes of records the spool holds, stored or not: its files but the free ones and the
-        old bytes after the data of a reused one (measured again at most every second, as the
-        recorder frees what it stored)."""
-        self._refresh_disk(force=False)
-        seg = self._segment
-        return max(0, self._disk - self._free - (seg.size - seg.end if seg is not None else 0))
+    def backlog(self) -> int:
+        """Bytes of records the recorder has not stored yet, in every writer's directory: read
+        from their cursors and segment sizes at most every BACKLOG_EVERY seconds, plus what
+        this writer appended since. (Another writer's reused segment counts its old bytes
+        after the data: at most a segment each.) Raises OSError when the spool cannot be read."""
+        now = time.monotonic()
+        if now - self._backlog_at >= BACKLOG_EVERY:
+            self._backlog = undrained_bytes(self.root, {self.name: self.position})
+            self._backlog_at, self._appended = now, 0
+        return self._backlog + self._appended
 
     def append(self, payloads: list[bytes]) -> list[bool]:
         """Append records in one gathered write; False for each that did not fit under the bound.
@@ -185,6 +216,7 @@ class SpoolWriter:
             buffers = buffers + [end_marker(self.seq + 1)]
         pwrite_all(seg.fd, buffers, seg.end)  # into the kernel now: a SIGKILL after this loses nothing
         seg.end += size
+        self._appended += size
         reach = seg.end + (HEADER.size if seg.recycled else 0)
         if reach > seg.size:  # the file grew (overwriting a recycled file's old bytes takes no more disk)
             self._disk += reach - seg.size
