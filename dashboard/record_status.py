@@ -6,9 +6,9 @@ when the record lags the scheduler (the recorder is behind and the calls wait in
 database is away; no recorder runs) or lacks calls (dropped, with a reason, as RecordingGap
 rows). /readyz and /metrics say all of this, but nobody reads them while looking at a pod.
 
-Owns what is shown and when: the spool as this replica's serving process sees it (each replica
-has its own spool and recorder), the recorder's last report (recorder.json), and the drops of
-the last hour. Must not judge or write anything, and must not fail a page: whatever it cannot
+Owns what is shown and when, from what /readyz reports for this replica (observe.readiness:
+its spool and its recorder's last report; each replica has its own) and the drops of the
+last hour. Must not judge or write anything, and must not fail a page: whatever it cannot
 read, it says it could not. Each page pays for reading the spool's cursor files and one
 aggregate query of the gap table.
 """
@@ -69,37 +69,26 @@ def record_status(now: float | None = None) -> RecordStatus:
 
 
 def _read(status: RecordStatus, now: float) -> None:
+    """From what /readyz reports (observe.readiness), and the gap table."""
     from extproxy.engine import get_engine
-    from extproxy.recording.observe import RECORDER_SILENT_SECONDS, read_recorder_counters
+    from extproxy.recording.observe import RECORDER_SILENT_SECONDS, readiness
 
     recorder = get_engine().recorder
     status.drops = recent_drops(datetime.fromtimestamp(now, timezone.utc) - DROPS_WINDOW)
     if not recorder.keeping:
         status.recording = False
         return
-    spool = recorder.status()
-    status.behind_calls, status.behind_seconds = spool.depth, spool.oldest_age
-    theirs = read_recorder_counters(recorder.spool.root)
-    updated_at = _epoch(theirs.get("updated_at"))
-    if updated_at is None:
+    ready = readiness(recorder)
+    status.behind_calls, status.behind_seconds = ready["spool_depth"], ready["oldest_undrained_age_seconds"]
+    silent = ready["recorder_heartbeat_age_seconds"]
+    if silent is None:
         status.recorder_never_reported = True
-        return
-    if now - updated_at > RECORDER_SILENT_SECONDS:
-        status.recorder_silent_seconds = now - updated_at
-        return  # what it last said of the database is too old to tell
-    database = theirs.get("database")
-    if isinstance(database, dict) and database.get("ok") is False:
-        since = _epoch(database.get("failing_since")) or updated_at
+    elif silent > RECORDER_SILENT_SECONDS:
+        status.recorder_silent_seconds = silent  # what it last said of the database is too old to tell
+    elif ready["database"]["ok"] is False:
+        since = ready["database"].get("failing_since") or now - silent  # else: since its report
         status.database_failing_since = datetime.fromtimestamp(since, timezone.utc)
-        status.database_error = str(database.get("error") or "")[:ERROR_SHOWN]
-
-
-def _epoch(value: Any) -> float | None:
-    """A time in recorder.json (epoch seconds), or None for anything else (NaN and infinities
-    fail the range too)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if 0 < value < 1e11 else None
+        status.database_error = str(ready["database"].get("error") or "")[:ERROR_SHOWN]
 
 
 def recent_drops(since: datetime) -> list[dict[str, Any]]:

@@ -23,12 +23,12 @@ from typing import Callable
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
 from django.views.defaults import server_error as plain_server_error
 
 from .ratelog import RateLimitedLog
 
 OUTAGE = (OperationalError, InterfaceError)
-RECORD_STATUS_PATH = "/feed/record-status/"  # dashboard/urls.py: answered 200 (see server_error)
 RETRY_AFTER = "5"  # seconds: the pool's wait, and about how soon a restarted database takes connections
 
 _log = RateLimitedLog(logging.getLogger("extproxy.database"), interval=60.0)
@@ -52,7 +52,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
     sentence = reason[0].upper() + reason[1:]
     said = ("Calls from kube-scheduler are still served; they wait in the spool and are recorded "
             f"when the database is back{_waiting()}.")
-    if request.path == RECORD_STATUS_PATH:
+    if request.path == reverse("dashboard:record-status"):
         # The warnings every dashboard page refreshes in place: htmx swaps no 5xx, so an open
         # page would keep saying all is well exactly while the database is away.
         return HttpResponse(f'<ul><li class="record-database">{escape(sentence)}: these pages cannot '

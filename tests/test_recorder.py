@@ -694,3 +694,26 @@ def test_a_restarted_recorder_keeps_the_start_of_an_outage_it_takes_over(tmp_pat
     drainer = Drainer(root, RecordingConfig(), RedactionConfig())
     assert drainer.counters.database_ok is None and drainer.counters.database_failing_since is None
     drainer.close()
+
+
+@pytest.mark.parametrize("report, heartbeat, database_ok, since", [
+    ('{"updated_at": "yesterday", "database": {"ok": false, "failing_since": 5}}', False, None, 5.0),
+    ('{"updated_at": NOW, "database": {"ok": false, "failing_since": "x", "error": 7}}', True, False, None),
+    ('{"updated_at": NOW, "database": {"ok": false, "failing_since": 1e300}}', True, False, None),
+    ('{"updated_at": NOW, "database": "down"}', True, None, None),
+    ('{"updated_at": NOW, "database": {"ok": "maybe"}}', True, None, None),
+    ('[1, 2]', False, None, None),
+])
+def test_readyz_and_metrics_read_an_odd_recorder_report_as_unknown(tmp_path, report, heartbeat, database_ok, since):
+    """Checked where it is read: /readyz and /metrics failed on a time that was not one."""
+    from extproxy.recording.observe import RecordingCollector, readiness
+
+    (tmp_path / "recorder.json").write_text(report.replace("NOW", repr(time.time())))
+    recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path))
+    ready = readiness(recorder)
+    assert (ready["recorder_heartbeat_age_seconds"] is not None) is heartbeat
+    assert ready["database"]["ok"] is database_ok and ready["database"]["failing_since"] == since
+    collector = RecordingCollector()
+    collector.source = recorder
+    gauges = {m.name: m.samples[0].value for m in collector.collect() if m.samples}
+    assert gauges["extproxy_recorder_database_up"] == (-1 if database_ok is None else int(database_ok))

@@ -46,13 +46,11 @@ class Counters:
         it reported one at most RESUME_WITHIN seconds ago: a recorder restarted, or crash-looping,
         while the database is away would otherwise say the outage began at its own start. The
         next check or batch confirms it (keeping the start) or ends it."""
-        database = previous.get("database")
-        if not isinstance(database, dict):
-            return
+        database = previous.get("database") or {}  # read_recorder_counters checked its times
         updated_at, since = previous.get("updated_at"), database.get("failing_since")
         now = time.time() if now is None else now
-        if database.get("ok") is False and isinstance(updated_at, (int, float)) and isinstance(since, (int, float)) \
-                and 0 <= now - updated_at <= RESUME_WITHIN and 0 < since <= updated_at:
+        if database.get("ok") is False and updated_at is not None and since is not None \
+                and 0 <= now - updated_at <= RESUME_WITHIN and since <= updated_at:
             self.database_ok, self.database_failing_since = False, float(since)
             self.database_error = str(database.get("error") or "")
 

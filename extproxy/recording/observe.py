@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .spool import Frame, expected_seq, files_usage, read_cursor, read_frame, scan_segment, segment_name, segments
+from .spool import (
+    Frame, expected_seq, files_usage, read_cursor, read_frame, scan_segment, segment_name, segments, undrained_extents,
+)
 
 
 @dataclass
@@ -58,20 +60,9 @@ def spool_status(root: Path, known_last_seq: dict[str, int] | None = None,
                     pass
         status.depth += max(0, last - cursor.seq)
         oldest = None
-        for first in segs:
-            path = directory / segment_name(first)
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                continue
-            status.disk_bytes += size
-            if first < cursor.segment:
-                continue
-            if data_end is not None and data_end[0] == first:
-                size = min(size, data_end[1])  # not the old bytes after a recycled segment's data
-            start = cursor.offset if first == cursor.segment else 0
-            status.bytes += max(0, size - start)
-            if oldest is None and size > start:
+        for first, path, start, end in undrained_extents(directory, cursor, data_end):
+            status.bytes += end - start
+            if oldest is None and end > start:
                 try:
                     with open(path, "rb") as f:
                         found = read_frame(f, start, expected_seq(first, start, cursor.seq))
@@ -81,17 +72,37 @@ def spool_status(root: Path, known_last_seq: dict[str, int] | None = None,
                     oldest = found.at
         if oldest is not None:
             status.oldest_age = max(status.oldest_age, now - oldest)
-        status.disk_bytes += files_usage(directory)[1]  # the segments were counted above
+        status.disk_bytes += files_usage(directory)[0]
     return status
 
 
 def read_recorder_counters(root: Path) -> dict:
-    """The recorder process's counters (written by it after each batch), or {}."""
+    """The recorder process's counters (written by it after each batch), or {}. Its times are
+    checked here, for every reader (/metrics, /readyz, the pages, the next recorder): an
+    `updated_at` that is not a time is left out (never reported), a `database` that is not
+    one as the recorder writes it too, and a `failing_since` that is not a time is None."""
     try:
         counters = json.loads((root / "recorder.json").read_text())
     except (OSError, ValueError):
         return {}
-    return counters if isinstance(counters, dict) else {}
+    if not isinstance(counters, dict):
+        return {}
+    if _epoch(counters.get("updated_at")) is None:
+        counters.pop("updated_at", None)
+    database = counters.get("database")
+    if not isinstance(database, dict) or database.get("ok") not in (True, False, None):
+        counters.pop("database", None)
+    else:
+        database["failing_since"] = _epoch(database.get("failing_since"))
+        database["error"] = str(database.get("error") or "")
+    return counters
+
+
+def _epoch(value: Any) -> float | None:
+    """A time (epoch seconds), or None for anything else (NaN and infinities fail the range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 < value < 1e11 else None
 
 
 def write_recorder_counters(root: Path, counters: dict) -> None:

@@ -164,6 +164,28 @@ def free_files(directory: Path) -> list[int]:
     return _numbered(directory, FREE_SUFFIX)
 
 
+def undrained_extents(directory: Path, cursor: Cursor, data_end: tuple[int, int] | None = None
+                      ) -> list[tuple[int, Path, int, int]]:
+    """The segments of a writer directory not yet stored, from `cursor` on: (first sequence
+    number, path, offset where the unstored data begins, end of the data). `data_end`: a
+    segment whose data is known to end before its size (segment, offset): a reused file's old
+    bytes follow its data. A segment freed meanwhile is left out."""
+    extents = []
+    for first in segments(directory):
+        if first < cursor.segment:
+            continue
+        path = directory / segment_name(first)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:  # stored and freed by the recorder since the listing
+            continue
+        if data_end is not None and data_end[0] == first:
+            size = min(size, data_end[1])
+        start = cursor.offset if first == cursor.segment else 0
+        extents.append((first, path, start, max(start, size)))
+    return extents
+
+
 def files_usage(directory: Path) -> tuple[int, int]:
     """Bytes of a writer directory's segment and free files, and of the free files alone (a
     file renamed meanwhile, recycled or reused, is counted under its other name or not at all)."""

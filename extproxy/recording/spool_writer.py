@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .spool import (
     HEADER, SpoolSettings, end_marker, files_usage, frame_head, free_files, free_name, read_cursor, scan_segment,
-    segment_name, segments, try_lock,
+    segment_name, segments, try_lock, undrained_extents,
 )
 
 
@@ -61,24 +61,10 @@ def undrained_bytes(root: Path, known_end: dict[str, tuple[int, int]]) -> int:
     """Bytes of every writer directory's segments from its cursor on (not yet stored).
     `known_end`: a writer's own (segment, end of its data), so that its reused segment's old
     bytes after the data are not counted."""
-    total = 0
     with os.scandir(root) as entries:
         writers = [Path(e.path) for e in entries if e.is_dir()]
-    for directory in writers:
-        cursor = read_cursor(directory)
-        end = known_end.get(directory.name)
-        for first in segments(directory):
-            if first < cursor.segment:
-                continue
-            if end is not None and end[0] == first:
-                size = end[1]
-            else:
-                try:
-                    size = (directory / segment_name(first)).stat().st_size
-                except FileNotFoundError:  # stored and freed by the recorder meanwhile
-                    continue
-            total += max(0, size - (cursor.offset if first == cursor.segment else 0))
-    return total
+    return sum(end - start for directory in writers
+               for _, _, start, end in undrained_extents(directory, read_cursor(directory), known_end.get(directory.name)))
 
 
 # --- serving side ------------------------------------------------------------------------
