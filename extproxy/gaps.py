@@ -4,15 +4,16 @@ rows (reason, count, time range) so an export can say its range is not complete.
 Writers: the recorder process (`note_drops`, in the transaction of the batch that carried
 them): the serving process's drops from the gap records it spools (queue-full, spool-full,
 spool-error, stopping, unencodable: one row per reason per gap record, i.e. per second at most,
-see recording/dropcount.py) and its own (torn, unreadable); retention (`note_gap`, reasons
-pruned-*). Readers: export manifests (`gaps_overlapping`), GET /api/gaps/ (api/gaps.py).
+see recording/dropcount.py) and its own (torn, unreadable, unstorable: one row each), each row
+keyed by where its drop was found; retention (`note_gap`, reasons pruned-*, merged, no key). Readers: export manifests (`gaps_overlapping`), GET /api/gaps/ (api/gaps.py).
 This module must not delete or alter call records.
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from datetime import datetime, timezone as tz
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import F, Sum
 from django.utils import timezone
@@ -39,26 +40,49 @@ def note_gap(reason: str, calls: int, first_at: datetime, last_at: datetime, mer
                                 noted_at=timezone.now())
 
 
-def note_drops(drops: Iterable[tuple[str, int, float, float]]) -> int:
-    """Store dropped calls, each (reason, calls, first and last drop in epoch seconds), as gap rows.
+class Drop(NamedTuple):
+    """Calls dropped for one reason, found at one place; stored as one RecordingGap row."""
 
-    A row with the very same values is already there when a batch is read again after the
-    recorder stopped between its commit and moving the spool cursor: not stored twice.
-    Returns the rows added.
+    reason: str
+    calls: int
+    first: float  # the first and last drop, epoch seconds
+    last: float
+    found: str  # where: a spool record's "writer/seq", a torn tail's "writer/segment/offset", ...
+
+
+def drop_key(drop: Drop) -> str:
+    """The row's key: the same drop read again (the same place, reason and first time) gives the
+    same key, and two drops alike in count and times but found apart give two."""
+    text = f"{drop.found}\0{drop.reason}\0{drop.first!r}"
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def note_drops(drops: Iterable[Drop]) -> int:
+    """Store dropped calls as gap rows, one per Drop.
+
+    A drop whose key is stored already is not stored again: the recorder reads a batch again
+    after it stopped between the batch's commit and moving the spool cursor. Returns the rows
+    added.
     """
     from .models import RecordingGap
 
-    added = 0
-    for reason, calls, first, last in drops:
-        if calls <= 0:
+    keyed = {drop_key(d): d for d in drops if d.calls > 0}
+    if not keyed:
+        return 0
+    stored: set[str] = set()
+    keys = list(keyed)
+    for start in range(0, len(keys), 500):
+        stored.update(RecordingGap.objects.filter(key__in=keys[start : start + 500]).values_list("key", flat=True))
+    now = timezone.now()
+    rows = []
+    for key, d in keyed.items():
+        if key in stored:
             continue
-        first_at, last_at = (datetime.fromtimestamp(t, tz.utc) for t in (min(first, last), max(first, last)))
-        if RecordingGap.objects.filter(reason=reason[:64], calls=calls, first_at=first_at, last_at=last_at).exists():
-            continue
-        RecordingGap.objects.create(reason=reason[:64], calls=calls, first_at=first_at, last_at=last_at,
-                                    noted_at=timezone.now())
-        added += 1
-    return added
+        first_at, last_at = (datetime.fromtimestamp(t, tz.utc) for t in (min(d.first, d.last), max(d.first, d.last)))
+        rows.append(RecordingGap(reason=d.reason[:64], calls=d.calls, first_at=first_at, last_at=last_at,
+                                 noted_at=now, key=key))
+    RecordingGap.objects.bulk_create(rows)
+    return len(rows)
 
 
 def gaps_overlapping(since: datetime | None, until: datetime | None) -> list[dict[str, Any]]:

@@ -280,6 +280,10 @@ class RecordingGap(models.Model):
     reason = models.CharField(max_length=64)
     calls = models.BigIntegerField()
     noted_at = models.DateTimeField()
+    # Where the drop was found (gaps.drop_key): a batch read again after the recorder stopped
+    # between its commit and moving the spool cursor finds its gaps stored by this key. Null
+    # for retention's gaps, which merge, and for rows stored before it existed.
+    key = models.CharField(max_length=32, null=True, unique=True)
 
     class Meta:
         ordering = ["first_at", "id"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 from datetime import datetime, timedelta, timezone as tz
 
@@ -20,15 +21,15 @@ from django.test import Client
 
 from extproxy.config import RecordingConfig
 from extproxy.exportproof import verify
-from extproxy.gaps import note_drops
 from extproxy.models import Call, RecordingGap
 from extproxy.recording import SpoolRecorder, dropcount
 from extproxy.recording.spool import SpoolSettings
 from extproxy.recording.spool_writer import SpoolWriter
+from extproxy.recording.trace import Drops, encode_gap
 from tests.conftest import RecorderProcess, fixture_bytes, pass_all, wait_for_drain
 from tests.processes import Load, stored_calls
 from tests.test_export import auditor
-from tests.test_recorder import make_trace
+from tests.test_recorder import drain, make_trace
 from tests.test_recording_processes import dropped, install, names_body  # noqa: F401 (install: a fixture)
 from tests.test_spool import tear
 
@@ -91,9 +92,6 @@ def test_it_stores_the_hand_offs_drops_as_gaps_flushed_at_shutdown_and_once_only
     assert Call.objects.count() == 5 and gaps_by_reason() == {"queue-full": 7, "unencodable": 1}
     gap = RecordingGap.objects.get(reason="queue-full")
     assert before <= gap.first_at <= gap.last_at <= datetime.now(tz.utc)
-    # A batch read again (the recorder stopped between its commit and the cursor): not stored twice.
-    assert note_drops([("queue-full", 7, gap.first_at.timestamp(), gap.last_at.timestamp())]) == 0
-    assert RecordingGap.objects.count() == 2
 
 
 def test_it_stores_torn_and_unreadable_spool_records_as_gaps(transactional_db, tmp_path):
@@ -111,6 +109,30 @@ def test_it_stores_torn_and_unreadable_spool_records_as_gaps(transactional_db, t
     finally:
         recorder_process.stop()
     assert Call.objects.count() == 1
+
+
+def test_drops_alike_in_every_value_are_each_a_row_and_a_batch_read_again_adds_none(transactional_db, tmp_path):
+    """Two gap records with the same reason, count and times (two serving processes, or a clock
+    stepped back), two unreadable records, a torn tail: each is a row. After the recorder stops
+    between a batch's commit and moving the cursor, the same batch read again adds no row."""
+    settings = SpoolSettings(root=tmp_path / "spool")
+    same = [Drops("queue-full", 3, 1_700_000_000.25, 1_700_000_000.5)]
+    writers = [SpoolWriter(settings), SpoolWriter(settings)]  # serve and serve-2
+    for writer in writers:
+        writer.append([encode_gap(same), encode_gap(same), b"\x92not a trace"])
+    writers[1].close()
+    tear(writers[0], 10)
+    os.close(writers[0]._lock_fd)  # then killed mid-write: its torn tail is found once it is gone
+    expected = {"queue-full": 12, "unreadable": 2, "torn": 1}
+    first = drain(tmp_path)
+    assert gaps_by_reason() == expected and RecordingGap.objects.count() == 4 + 2 + 1
+    assert first.counters.dropped == {"unreadable": 2, "torn": 1}
+    for writer in ("serve", "serve-2"):
+        (tmp_path / "spool" / writer / "cursor").unlink()  # as if the recorder died before marking them
+    again = drain(tmp_path)
+    assert gaps_by_reason() == expected and RecordingGap.objects.count() == 7
+    assert again.counters.write_errors == 0  # found stored, not refused by the unique key
+    assert all(len(key) == 32 for key in RecordingGap.objects.values_list("key", flat=True))
 
 
 # --- end to end: real overload, the API, the export ----------------------------------------

@@ -21,6 +21,7 @@ import logging
 from typing import Any, Callable
 
 from ..config import RedactionConfig
+from ..gaps import Drop
 from ..redaction import bounded_text
 from .rows import MAX_FINDING_TEXT, Built, raw_call
 from .trace import Trace
@@ -48,12 +49,12 @@ class StoreApart:
     other than a refusal stopped it."""
 
     def __init__(self, writer: Any, traces: list[Trace], built: list[Built], new_nodes: list, used: Any,
-                 gaps: Any, rules: RedactionConfig, drop: Callable[[str, int, float, float], None]) -> None:
+                 gaps: Any, rules: RedactionConfig, drop: Callable[[Drop], None]) -> None:
         self.writer = writer
         self.traces, self.built = traces, built
         self.new_nodes, self.used, self.gaps = new_nodes, used, gaps
         self.rules = rules
-        self.drop = drop  # (reason, calls, first, last): counted and noted as a gap
+        self.drop = drop  # counted and noted as a gap
         self.nodes_stored: bool | None = None  # None: not tried yet
         self.gaps_stored = False
         self.next = 0  # the next call to store
@@ -84,7 +85,7 @@ class StoreApart:
             if not self._try(lambda: self.summaries.extend(self.writer.store([raw], [], (), ()))):
                 log.error("recorder: call %s dropped: the database refused even its raw record (%s)",
                           trace.call_id, self.refusal)
-                self.drop("unstorable", 1, trace.started_at, trace.finished_at)
+                self.drop(Drop("unstorable", 1, trace.started_at, trace.finished_at, f"call {trace.call_id}"))
             self.next, self.raw = self.next + 1, None
         return self.summaries
 

@@ -46,10 +46,21 @@ class _Position:
 
 
 @dataclass
+class TornTail:
+    at: float  # its segment's last write (epoch)
+    where: str  # "writer/segment/offset": the same tail found again after a restart says the same
+
+
+@dataclass
 class ReadResult:
     entries: list[Entry] = field(default_factory=list)
     torn: int = 0  # torn or corrupt segment tails skipped during this read
-    torn_at: list[float] = field(default_factory=list)  # each one's segment's last write (epoch)
+    torn_tails: list[TornTail] = field(default_factory=list)
+
+
+def _skipped_torn(result: ReadResult, pos: _Position, mtime: float) -> None:
+    result.torn += 1
+    result.torn_tails.append(TornTail(mtime, f"{pos.directory.name}/{pos.segment}/{pos.offset}"))
 
 
 class _Listing:
@@ -160,14 +171,12 @@ class SpoolReader:
             path = pos.directory / segment_name(pos.segment)
             if not newer:
                 if torn and not writer_alive(pos.directory):
-                    result.torn += 1  # the writer died mid-frame and has not come back
-                    result.torn_at.append(stat.st_mtime)
+                    _skipped_torn(result, pos, stat.st_mtime)  # the writer died mid-frame and has not come back
                     log.warning("spool %s: torn tail of %d bytes skipped (its writer is gone)", path, size - pos.offset)
                     pos.offset = size
                 return None
             if torn:
-                result.torn += 1
-                result.torn_at.append(stat.st_mtime)
+                _skipped_torn(result, pos, stat.st_mtime)
                 log.warning("spool %s: torn or corrupt tail of %d bytes skipped", path, size - pos.offset)
             pos.segment, pos.offset = current[1], 0
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from ..config import RecordingConfig, RedactionConfig, RetentionConfig
-from ..gaps import note_drops
+from ..gaps import Drop, note_drops
 from ..nodeindex import NodeSets
 from ..redaction import bounded_text
 from .apart import StoreApart, is_refusal
@@ -76,7 +76,7 @@ class BatchWriter:
         return built, new_nodes, used - fresh.keys()
 
     def store(self, built: list[Built], new_nodes: list, used: Collection[str] = (),
-              gaps: Collection[tuple[str, int, float, float]] = ()) -> list[dict[str, Any]]:
+              gaps: Collection[Drop] = ()) -> list[dict[str, Any]]:
         """One transaction; on failure nothing is stored and the same rows can be stored again.
         `gaps`: calls dropped (reason, calls, first and last time), stored as RecordingGap rows.
 
@@ -260,30 +260,34 @@ class Drainer:
         self._publish(summaries)
         return len(result.entries)
 
-    def _decode(self, result: ReadResult) -> tuple[list[Trace], list[tuple[str, int, float, float]]]:
-        """The batch's calls, and its drops: gap records', unreadable records', torn tails'."""
+    def _decode(self, result: ReadResult) -> tuple[list[Trace], list[Drop]]:
+        """The batch's calls, and its drops: gap records', unreadable records', torn tails'.
+        Each drop is keyed by its place in the spool (gaps.drop_key), so reading the batch
+        again stores none of them twice."""
         traces: list[Trace] = []
-        gaps: list[tuple[str, int, float, float]] = []
-        unreadable: list[float] = []
+        gaps: list[Drop] = []
+        unreadable = 0
         for entry in result.entries:
+            where = f"{entry.writer}/{entry.seq}"
             try:
                 record = decode_record(entry.payload)
             except UnreadableRecord as exc:
-                log.error("recorder: spool record %s/%d unreadable: %s", entry.writer, entry.seq, exc)
-                unreadable.append(entry.at)
+                log.error("recorder: spool record %s unreadable: %s", where, exc)
+                unreadable += 1
+                gaps.append(Drop("unreadable", 1, entry.at, entry.at, where))
                 continue
             if isinstance(record, Trace):
                 traces.append(record)
             else:
-                gaps.extend((d.reason, d.calls, d.first_at, d.last_at) for d in record)
+                gaps.extend(Drop(d.reason, d.calls, d.first_at, d.last_at, where) for d in record)
         if unreadable:
-            self._drop("unreadable", len(unreadable))
-            gaps.append(("unreadable", len(unreadable), min(unreadable), max(unreadable)))
-        gaps.extend(("torn", 1, at, at) for at in result.torn_at)  # at least one call each
+            self._drop("unreadable", unreadable)
+        # at least one call each
+        gaps.extend(Drop("torn", 1, tail.at, tail.at, f"torn {tail.where}") for tail in result.torn_tails)
         return traces, gaps
 
     def _store(self, traces: list[Trace], built: list[Built], new_nodes: list, used: set[str],
-               gaps: list[tuple[str, int, float, float]]) -> list[dict[str, Any]] | None:
+               gaps: list[Drop]) -> list[dict[str, Any]] | None:
         """The batch stored: retried while the database is away or will not write; stored call by
         call (apart.py) once it refuses the data. None when stopped meanwhile."""
         from django.db import close_old_connections, connection
@@ -335,9 +339,9 @@ class Drainer:
     def _error_text(self, exc: BaseException) -> str:
         return bounded_text(f"{type(exc).__name__}: {exc}".strip(), self.writer.redaction, DATABASE_ERROR_TEXT)
 
-    def _unstorable(self, reason: str, calls: int, first: float, last: float) -> None:
-        note_drops([(reason, calls, first, last)])  # an outage here is retried before it is counted
-        self._drop(reason, calls)
+    def _unstorable(self, drop: Drop) -> None:
+        note_drops([drop])  # an outage here is retried before it is counted
+        self._drop(drop.reason, drop.calls)
 
     def _count(self, summaries: list[dict[str, Any]], raw: int) -> None:
         c = self.counters
