@@ -11,6 +11,7 @@ from typing import Any
 from django.core.paginator import Paginator
 from django.http import JsonResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from extproxy.models import Outcome, Verb
 from extproxy.roles import Perm, requires
@@ -113,11 +114,14 @@ def pod(request, namespace: str, name: str):
     fragments = {"node-table": "dashboard/_node_table.html", "score-matrix": "dashboard/_score_matrix.html"}
     if request.htmx and request.htmx.target in fragments and selected is not None:
         return render(request, fragments[request.htmx.target], context)
-    if attempts:  # calls dropped meanwhile may have been this pod's: the page says so
-        from .record_status import recent_drops
+    from .record_status import DROPS_WINDOW, recent_drops
 
+    if attempts:  # calls dropped meanwhile may have been this pod's: the page says so
         context["earliest_shown"] = min(a.started_at for a in attempts)
         context["dropped_since_earliest"] = recent_drops(context["earliest_shown"])
+    else:  # why a pod may have no calls: the scheduler's events, and the last hour's drops
+        context.update(events=queries.scheduler_events([(namespace, name)]).get((namespace, name), [])[-20:][::-1],
+                       watching=queries._watching(), dropped_lately=recent_drops(timezone.now() - DROPS_WINDOW))
     return render(request, "dashboard/pod.html", context)
 
 

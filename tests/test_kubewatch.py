@@ -164,3 +164,19 @@ def test_it_shows_the_schedulers_words_and_uses_them_for_pending_pods(kube_api, 
     z = client.get("/pods/ml-team/trainer-z/")
     assert (z.context["story"].state, z.context["story"].node) == ("bound", "node-02")
     assert "spec.nodeName is node-02" in z.content.decode()
+
+
+def test_a_pod_the_extenders_never_saw_shows_the_schedulers_words_and_why_there_are_no_calls(kube_api, scene):
+    """In-tree filters left no node, so kube-scheduler called no extender: the pod has no calls,
+    and its page says why that happens and shows the scheduler's event, as text."""
+    from dashboard.models import SchedulerEvent
+
+    failed = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu <img src=x onerror=alert(1)>."
+    kube_api.events = [event("e-none", "FailedScheduling", "never-called", failed)]
+    assert kubewatch.start() is not None
+    wait_for(lambda: SchedulerEvent.objects.filter(pod_name="never-called").exists())
+    page = viewer().get("/pods/ml-team/never-called/")
+    body = page.content.decode()
+    assert page.status_code == 200 and "No calls recorded for this pod." in body
+    assert "its own PreFilter and Filter plugins left at least one node" in body
+    assert escape(failed) in body and "FailedScheduling" in body and "<img src=x" not in body

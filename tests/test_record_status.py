@@ -242,5 +242,11 @@ def test_the_pod_page_says_calls_were_lost_since_its_earliest_call(spool):
     gap("spool-full", 1, minutes_ago=90)  # far before: nothing changes
     [said] = re.findall(r'<p class="record-incomplete">(.*?)</p>', client.get("/pods/ml-team/lost-calls/").content.decode(), re.S)
     assert "the record lost 12 calls (spool-full" in said, said
+    # A pod with no call at all: the last hour's drops, whenever they were, may have been its calls.
     other = client.get("/pods/ml-team/never-seen/").content.decode()
-    assert "No calls recorded for this pod." in other and "the record lost" not in other
+    assert "No calls recorded for this pod." in other and "some of this pod's attempts" not in other
+    [said] = re.findall(r'<p class="record-incomplete">(.*?)</p>', other, re.S)
+    assert "in the last hour the record lost 4 calls (queue-full" in said and "12 calls (spool-full" in said, said
+    assert "13 calls" not in said  # the drop 90 minutes back is not in the last hour
+    RecordingGap.objects.all().delete()
+    assert "record-incomplete" not in client.get("/pods/ml-team/never-seen/").content.decode()
