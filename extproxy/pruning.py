@@ -50,9 +50,12 @@ def delete_calls(queryset, reason: str) -> int:
         if not chunk:
             return total
         with transaction.atomic():
-            Call.objects.filter(pk__in=[pk for pk, _ in chunk]).delete()
-            note_gap(reason, len(chunk), chunk[0][1], chunk[-1][1], merge=True)
-        total += len(chunk)
+            # What this pass deleted, not what it picked: another pass (a replica's recorder,
+            # `manage.py prune`) may have deleted some of the chunk since, and noted them itself.
+            _, per_model = Call.objects.filter(pk__in=[pk for pk, _ in chunk]).delete()
+            deleted = per_model.get(Call._meta.label, 0)
+            note_gap(reason, deleted, chunk[0][1], chunk[-1][1], merge=True)
+        total += deleted
 
 
 def prune_to_size(max_bytes: int) -> int:

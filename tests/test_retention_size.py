@@ -83,6 +83,26 @@ def test_it_notes_age_and_count_pruning_as_one_growing_gap_per_reason():
     assert Call.objects.count() == 4
 
 
+def test_two_passes_at_once_note_each_call_they_delete_once(monkeypatch):
+    """Another pass (a replica's recorder, `manage.py prune`) deletes the calls this pass picked
+    between the pick and the delete: this pass notes what it deleted, none."""
+    from extproxy import pruning
+
+    record_calls(10, time.time() - 20 * 86400)
+    real_atomic, raced = pruning.transaction.atomic, []
+
+    def atomic(*args, **kwargs):
+        if not raced:
+            raced.append(True)
+            prune(RetentionConfig(max_age_seconds=15 * 86400))  # the other pass, first to its delete
+        return real_atomic(*args, **kwargs)
+
+    monkeypatch.setattr(pruning.transaction, "atomic", atomic)
+    prune(RetentionConfig(max_age_seconds=15 * 86400))
+    assert raced and Call.objects.count() == 0
+    assert sum(RecordingGap.objects.values_list("calls", flat=True)) == 10
+
+
 def test_it_reports_pruned_ranges_in_an_export_manifest(tmp_path):
     now = time.time()
     record_calls(10, now - 3600)
