@@ -258,3 +258,38 @@ def test_the_spool_is_for_its_own_user_only(tmp_path):
     writer.close()
     assert modes and all(mode & 0o077 == 0 for mode in modes.values()), modes
     assert len(modes) == 3
+
+
+@pytest.mark.parametrize("fsync", ["interval", "always"])
+def test_a_segment_that_cannot_be_opened_fails_that_write_only(tmp_path, monkeypatch, fsync):
+    """EMFILE once while starting a new segment: that write fails (its calls are counted
+    spool-error by the hand-off), the next one starts a segment and the old descriptor is
+    closed once: closing it again would close whatever the process opened under its number."""
+    from extproxy.recording import spool_writer
+
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10, fsync=fsync))
+    writer.append([b"one" * 5])
+    real_open, real_close, failed = os.open, os.close, []
+    live = {writer._segment.fd, writer._lock_fd}  # the writer's open descriptors
+
+    def open_(path, *args, **kwargs):
+        if str(path).endswith(".seg") and not failed:
+            failed.append(path)
+            raise OSError(24, "Too many open files")
+        fd = real_open(path, *args, **kwargs)
+        live.add(fd)
+        return fd
+
+    def close(fd):
+        assert fd in live, f"descriptor {fd} closed, not open (closed before?)"
+        live.remove(fd)
+        real_close(fd)
+
+    monkeypatch.setattr(spool_writer.os, "open", open_)
+    monkeypatch.setattr(spool_writer.os, "close", close)
+    with pytest.raises(OSError):
+        writer.append([b"two" * 5])  # past the segment's size: a new one, which cannot be opened
+    assert writer.append([b"three" * 3]) == [True] and writer.append([b"four" * 4]) == [True]
+    writer.close()
+    assert live == set()
+    assert read_all(SpoolReader(tmp_path / "spool")) == [b"one" * 5, b"three" * 3, b"four" * 4]

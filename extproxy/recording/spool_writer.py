@@ -212,16 +212,12 @@ class SpoolWriter:
         self.maybe_sync()
 
     def _rotate(self, first_seq: int) -> _Segment:
-        if self._segment is not None:
-            self._leave(self._segment)
-            if self.settings.fsync == "interval" and self._dirty:
-                # Synced with the next interval's fsync, not now: a full-object record is about
-                # one segment, and forcing each to disk at once cost the serving core ~10 ms a call.
-                self._unsynced.append(self._segment)
-                self._dirty = False
-            else:
-                self.sync()
-                os.close(self._segment.fd)
+        # Let go of the old segment first: should what follows fail (EMFILE, ENOSPC), the next
+        # write tries a new segment again and never closes the old descriptor twice (by then
+        # its number may be a client's socket).
+        old, self._segment = self._segment, None
+        if old is not None:
+            self._retire(old)
         path = self.directory / segment_name(first_seq)
         seg = self._reuse(path, first_seq)
         if seg is None:
@@ -230,6 +226,24 @@ class SpoolWriter:
         if self.settings.fsync != "never":
             _fsync_dir(self.directory)
         return seg
+
+    def _retire(self, seg: _Segment) -> None:
+        """Done writing `seg`: cut, then synced and closed now, or with the next interval's fsync."""
+        self._leave(seg)
+        if self.settings.fsync == "interval" and self._dirty:
+            # Synced with the next interval's fsync, not now: a full-object record is about
+            # one segment, and forcing each to disk at once cost the serving core ~10 ms a call.
+            self._unsynced.append(seg)
+            self._dirty = False
+            return
+        try:
+            self._sync_finished()
+            if self._dirty and self.settings.fsync != "never":
+                os.fsync(seg.fd)
+        finally:
+            os.close(seg.fd)
+            self._dirty = False
+            self._synced = time.monotonic()
 
     def _reuse(self, path: Path, first_seq: int) -> _Segment | None:
         """A free file renamed to `path`, its data ending at 0, or None when there is none."""
@@ -289,26 +303,33 @@ class SpoolWriter:
             self._disk_checked = time.monotonic()
 
     def _sync_finished(self) -> None:
-        """fsync the finished segments written since the last sync, and close them."""
-        for seg in self._unsynced:
+        """fsync the finished segments written since the last sync, and close them. Each is taken
+        off the list before its fsync: one that fails is closed, and never closed again."""
+        while self._unsynced:
+            seg = self._unsynced.pop(0)
             try:  # still under its name? Else the recorder has stored all of it (and recycled or deleted it)
-                kept = os.stat(seg.path).st_ino == os.fstat(seg.fd).st_ino
-            except FileNotFoundError:
-                kept = False
-            if kept:
-                os.fsync(seg.fd)
-            os.close(seg.fd)
-        self._unsynced.clear()
+                try:
+                    kept = os.stat(seg.path).st_ino == os.fstat(seg.fd).st_ino
+                except FileNotFoundError:
+                    kept = False
+                if kept:
+                    os.fsync(seg.fd)
+            finally:
+                os.close(seg.fd)
 
     def close(self) -> None:
-        self._sync_finished()  # a clean stop leaves everything on disk
-        if self._segment is not None:
-            self._leave(self._segment)
-            if self._dirty:
-                os.fsync(self._segment.fd)
-            os.close(self._segment.fd)
-            self._segment = None
-        os.close(self._lock_fd)
+        try:
+            self._sync_finished()  # a clean stop leaves everything on disk
+            seg, self._segment = self._segment, None
+            if seg is not None:
+                self._leave(seg)
+                try:
+                    if self._dirty:
+                        os.fsync(seg.fd)
+                finally:
+                    os.close(seg.fd)
+        finally:
+            os.close(self._lock_fd)  # the next writer may claim this directory
 
 
 IOV_MAX = 1024  # buffers per pwritev (Linux's UIO_MAXIOV)
