@@ -23,9 +23,9 @@ from extproxy.config import RecordingConfig
 from extproxy.exportproof import verify
 from extproxy.models import Call, RecordingGap
 from extproxy.recording import SpoolRecorder, dropcount
-from extproxy.recording.spool import SpoolSettings
+from extproxy.recording.spool import HEADER, SpoolSettings
 from extproxy.recording.spool_writer import SpoolWriter
-from extproxy.recording.trace import Drops, encode_gap
+from extproxy.recording.trace import Drops, encode_gap, encode_trace
 from tests.conftest import RecorderProcess, fixture_bytes, pass_all, wait_for_drain
 from tests.processes import Load, stored_calls
 from tests.test_export import auditor
@@ -133,6 +133,57 @@ def test_drops_alike_in_every_value_are_each_a_row_and_a_batch_read_again_adds_n
     assert gaps_by_reason() == expected and RecordingGap.objects.count() == 7
     assert again.counters.write_errors == 0  # found stored, not refused by the unique key
     assert all(len(key) == 32 for key in RecordingGap.objects.values_list("key", flat=True))
+
+
+def test_a_write_cut_short_counts_only_the_calls_that_did_not_reach_the_spool(transactional_db, tmp_path, monkeypatch):
+    """The disk fills in the middle of a gathered write: the first call's frame is whole in the
+    file (the recorder stores it), the other two are spool-error drops; none is both."""
+    from extproxy.recording import spool_writer
+
+    real_pwritev, real_pwrite, state = os.pwritev, os.pwrite, {"cut": False, "failed": False}
+
+    def pwritev(fd, buffers, offset):
+        if not state["cut"]:  # the calls' first write: the kernel takes only the first frame
+            state["cut"] = True
+            return real_pwritev(fd, buffers[:2], offset)
+        return real_pwritev(fd, buffers, offset)
+
+    def pwrite(fd, data, offset):
+        if state["cut"] and not state["failed"]:  # ... and the rest finds the disk full
+            state["failed"] = True
+            raise OSError(28, "No space left on device")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(spool_writer.os, "pwritev", pwritev)
+    monkeypatch.setattr(spool_writer.os, "pwrite", pwrite)
+    recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "spool"))
+    for _ in range(3):
+        assert recorder.submit(make_trace())  # not started: one batch, one write
+    recorder.start()
+    assert recorder.flush(20) and state["failed"]
+    assert recorder.stop()
+    assert recorder.spooled == 1 and recorder.drops.counts == {"spool-error": 2}
+    drain(tmp_path)
+    assert Call.objects.count() == 1 and gaps_by_reason() == {"spool-error": 2}
+
+
+def test_drops_at_a_full_spool_are_written_down_until_shutdown(transactional_db, tmp_path, monkeypatch):
+    """At the bound, gap records use a reserve the calls may not, and the last one, at shutdown,
+    may pass the bound: every call answered is stored or in a gap, none only in memory."""
+    monkeypatch.setattr(dropcount, "GAP_EVERY", 0.0)  # a gap record every round
+    one = len(encode_trace(make_trace()))
+    recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=tmp_path / "spool", max_bytes=one * 20))
+    assert recorder.spool.gap_reserve < 20 * (HEADER.size + len(encode_gap([Drops("spool-full", 1, 1.0, 2.0)])))
+    recorder.start()
+    for _ in range(60):
+        assert recorder.submit(make_trace())
+        assert recorder.flush(20)
+    assert recorder.drops.pending > 0  # the reserve is spent: counts wait in memory
+    assert recorder.stop()
+    assert recorder.drops.pending == 0
+    drain(tmp_path)
+    assert Call.objects.count() == recorder.spooled and 0 < recorder.spooled < 20
+    assert gaps_by_reason() == {"spool-full": 60 - recorder.spooled}
 
 
 # --- end to end: real overload, the API, the export ----------------------------------------

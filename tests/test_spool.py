@@ -4,6 +4,7 @@ directory, the fsync policies, and the status shown on /metrics and /readyz."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -108,13 +109,26 @@ def test_it_skips_a_corrupt_frame_once_a_newer_segment_exists(tmp_path):
     again.close()
 
 
-def test_it_refuses_what_passes_the_byte_bound(tmp_path):
-    writer = SpoolWriter(settings(tmp_path, max_bytes=3 * (HEADER.size + 100)))
-    accepted = writer.append([b"z" * 100] * 5)
-    assert accepted == [True, True, True, False, False]
+def for_calls(calls_bytes: int) -> int:
+    """The max_bytes whose part for calls (all but the gap records' reserve) is calls_bytes."""
+    max_bytes = calls_bytes
+    while SpoolSettings(root=Path("/"), max_bytes=max_bytes).calls_bound < calls_bytes:
+        max_bytes += 1
+    return max_bytes
+
+
+def test_it_refuses_what_passes_the_byte_bound_and_keeps_a_reserve_for_gap_records(tmp_path):
+    frame = HEADER.size + 100
+    writer = SpoolWriter(settings(tmp_path, max_bytes=64 * frame))  # a reserve of one frame
+    assert writer.settings.gap_reserve == frame
+    accepted = writer.append([b"z" * 100] * 65)
+    assert accepted == [True] * 63 + [False] * 2
+    assert writer.append([b"g" * 100], bound=writer.settings.max_bytes) == [True]  # a gap record: the reserve
+    assert writer.append([b"g" * 100], bound=writer.settings.max_bytes) == [False]  # the reserve is spent
     reader = SpoolReader(tmp_path / "spool")
-    assert len(read_all(reader)) == 3
+    assert len(read_all(reader)) == 64
     writer.close()
+    assert SpoolSettings(root=tmp_path).gap_reserve == 1 << 20  # at the default 4 GiB: 1 MiB
 
 
 def test_it_allows_one_reader_and_gives_each_writer_its_own_directory(tmp_path):

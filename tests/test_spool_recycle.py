@@ -18,6 +18,7 @@ from extproxy.recording.observe import spool_status
 from extproxy.recording.spool import HEADER, SpoolSettings, free_files, scan_segment, segment_name, segments
 from extproxy.recording.spool_reader import SpoolReader, SpoolTail
 from extproxy.recording.spool_writer import SpoolWriter, disk_usage
+from tests.test_spool import for_calls
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -342,7 +343,7 @@ def test_the_shadow_tail_follows_a_writer_and_a_recycling_recorder_reading_no_re
 
 def test_free_files_count_in_the_bound_and_are_given_back_at_it(tmp_path):
     frame = HEADER.size + 100
-    writer = SpoolWriter(settings(tmp_path, segment_bytes=10, max_bytes=5 * frame))
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10, max_bytes=for_calls(5 * frame)))
     for n in range(3):
         assert writer.append([payload(n + 1, 100)]) == [True]  # segments 1, 2, 3
     reader = SpoolReader(tmp_path / "spool")

@@ -5,9 +5,11 @@ log line at most once a second per reason, and the drops not yet written down. T
 spool-writer thread calls `write_gap` each round: at most once every GAP_EVERY seconds (and
 always at shutdown) it appends one small gap record (trace.encode_gap: per reason, calls and
 the first and last drop's time) summarising the drops since the last one; the recorder stores
-it as RecordingGap rows (extproxy/gaps.py). When the spool refuses it (full, or a write
-error), the counts stay here and go into the next one, so a flood of drops costs one record
-a GAP_EVERY and a full spool loses no count, only precision of the range.
+it as RecordingGap rows (extproxy/gaps.py). Gap records may use the reserve at the top of the
+spool's bound that calls may not (SpoolSettings.gap_reserve), and the last one, at shutdown,
+may pass the bound. When the spool refuses one anyway (the reserve spent, or a write error),
+the counts stay here and go into the next one, so a flood of drops costs one record a
+GAP_EVERY and a full spool loses no count, only precision of the range.
 Lost: what is counted here and not yet in the spool when the process is killed (SIGKILL):
 at most GAP_EVERY seconds of drops, or the whole time the spool refused gap records.
 Must not touch the database (serving process).
@@ -18,6 +20,7 @@ import logging
 import threading
 import time
 
+from .spool import HEADER
 from .spool_writer import SpoolWriter
 from .trace import Drops, encode_gap
 
@@ -79,10 +82,14 @@ class DropCounter:
         if not self._pending or (not now_please and time.monotonic() - self._written < GAP_EVERY):
             return not self._pending
         taken = self._take()
+        record = encode_gap(taken)
+        # Up to the whole bound (the calls' stops short of it: SpoolSettings.gap_reserve), and
+        # at shutdown past it by this one record: the counts would otherwise die with the process.
+        bound = writer.settings.max_bytes + (HEADER.size + len(record) if now_please else 0)
         try:
-            accepted = writer.append([encode_gap(taken)])[0]
-        except OSError:  # the disk refuses: counted in the calls' own spool-error; retried next time
-            accepted = False
+            accepted = writer.append([record], bound)[0]
+        except OSError as exc:  # the disk refuses: counted in the calls' own spool-error; retried next time
+            accepted = bool(getattr(exc, "accepted", [False])[0])  # unless it reached the file whole
         if not accepted:
             self._put_back(taken)
             if now_please:

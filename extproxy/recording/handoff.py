@@ -29,7 +29,7 @@ from .observe import COLLECTOR, spool_status
 from ..config import RecordingConfig
 from .dropcount import DropCounter
 from .spool import SpoolSettings
-from .spool_writer import SpoolWriter
+from .spool_writer import SpoolWriteError, SpoolWriter
 from .trace import Trace, encode_trace
 
 log = logging.getLogger(__name__)
@@ -221,17 +221,21 @@ class SpoolRecorder:
             except Exception:  # a field of an unexpected type: a bug, counted, never fatal
                 log.exception("recorder: could not encode a %s call", trace.verb)
                 self.drops.add("unencodable")
+        failed = 0
         try:
             accepted = self.writer.append(payloads)
+        except SpoolWriteError as exc:  # the records whole in the file are spooled (the recorder stores them)
+            log.error("recorder: spool write failed: %s", exc)
+            accepted, failed = exc.accepted, exc.failed
         except OSError as exc:
             log.error("recorder: spool write failed: %s", exc)
-            accepted = [False] * len(payloads)
-            self.drops.add("spool-error", len(payloads))
-        else:
-            refused = accepted.count(False)
-            self.spool_full = refused > 0
-            if refused:
-                self.drops.add("spool-full", refused)
+            accepted, failed = [False] * len(payloads), len(payloads)
+        if failed:
+            self.drops.add("spool-error", failed)
+        refused = accepted.count(False) - failed  # at the bound
+        self.spool_full = refused > 0
+        if refused:
+            self.drops.add("spool-full", refused)
         with self._idle:
             self.spooled += accepted.count(True)
             self._bytes -= sum(t.size() for t in batch)

@@ -88,6 +88,7 @@ FREE_SUFFIX = ".free"
 # call's of any size: written plain, the 5-20x more bytes cost the serving core more (copied to
 # the page cache and written back) than deflating them does (bench/README.md, "Nineteenth pass").
 ALWAYS_DEFLATED = 256 << 10
+GAP_RESERVE = 1 << 20  # see SpoolSettings.gap_reserve
 DEFAULT_RECYCLE = 4  # EXTPROXY_SPOOL_RECYCLE_SEGMENTS: free files the recorder keeps per writer directory
 
 
@@ -122,6 +123,17 @@ class SpoolSettings:
             compress=settings.EXTPROXY_SPOOL_COMPRESS,
             compress_above=settings.EXTPROXY_SPOOL_COMPRESS_ABOVE,
         )
+
+    @property
+    def gap_reserve(self) -> int:
+        """The part of max_bytes only gap records may use: at the bound, the drops are still
+        written down (a gap record of a reason or two is ~100 bytes, one a second at most: the
+        default 1 MiB lasts about three hours of drops with nothing freed)."""
+        return min(GAP_RESERVE, self.max_bytes // 64)
+
+    @property
+    def calls_bound(self) -> int:
+        return self.max_bytes - self.gap_reserve
 
     def smallest_deflated(self, backlog: int, trace: Any) -> int:
         """The packed size from which `trace`'s record is deflated (with `compress` on), while

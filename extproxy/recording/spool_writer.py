@@ -152,13 +152,15 @@ class SpoolWriter:
             self._backlog_at, self._appended = now, 0
         return self._backlog + self._appended
 
-    def append(self, payloads: list[bytes]) -> list[bool]:
+    def append(self, payloads: list[bytes], bound: int | None = None) -> list[bool]:
         """Append records in one gathered write; False for each that did not fit under the bound.
 
-        The payloads are not copied: each header and payload goes to the kernel as it is
-        (pwritev), because a full-object call's record is megabytes and this runs beside the
-        serving loop.
+        The bound: the calls' (SpoolSettings.calls_bound) unless given; gap records may use
+        the reserve above it (dropcount.py). The payloads are not copied: each header and
+        payload goes to the kernel as it is (pwritev), because a full-object call's record is
+        megabytes and this runs beside the serving loop. Raises SpoolWriteError.
         """
+        bound = self.settings.calls_bound if bound is None else bound
         now = time.time()
         self._refresh_disk(force=False)
         accepted: list[bool] = []
@@ -167,7 +169,7 @@ class SpoolWriter:
         size = 0
         for payload in payloads:
             need = HEADER.size + len(payload)
-            if self._disk + size + need > self.settings.max_bytes and not self._make_room(size + need):
+            if self._disk + size + need > bound and not self._make_room(size + need, bound):
                 accepted.append(False)
                 continue
             self.seq += 1
@@ -177,22 +179,24 @@ class SpoolWriter:
         if buffers:
             try:
                 self._write(buffers, size, first)
-            except Exception:
+            except Exception as exc:
                 # The numbers are spent (readers expect none missing within a segment, so the
                 # next write goes to a new one), and what part of this write reached the file
                 # is never overwritten while a reader may be reading it.
                 if self._segment is not None:
                     self._segment.failed = True
+                if isinstance(exc, OSError):
+                    raise SpoolWriteError(exc, *_whole(payloads, accepted, getattr(exc, "whole", 0))) from exc
                 raise
         return accepted
 
-    def _make_room(self, need: int) -> bool:
+    def _make_room(self, need: int, bound: int) -> bool:
         """At the bound: measure again (at most every 0.2 s), then give back the free files."""
         self._refresh_disk(force=True)
-        if self._disk + need > self.settings.max_bytes and self._free:
+        if self._disk + need > bound and self._free:
             self._disk -= drop_free_files(self.root)
             self._free = 0
-        return self._disk + need <= self.settings.max_bytes
+        return self._disk + need <= bound
 
     def _write(self, buffers: list[bytes], size: int, first_seq: int) -> None:
         seg = self._segment
@@ -200,7 +204,20 @@ class SpoolWriter:
             seg = self._rotate(first_seq)
         if seg.recycled:  # mark where the data ends: old bytes follow (overwritten by the next write)
             buffers = buffers + [end_marker(self.seq + 1)]
-        pwrite_all(seg.fd, buffers, seg.end)  # into the kernel now: a SIGKILL after this loses nothing
+        try:
+            pwrite_all(seg.fd, buffers, seg.end)  # into the kernel now: a SIGKILL after this loses nothing
+        except OSError as exc:  # part of it may be in the file: its whole frames stay, and count as spooled
+            exc.whole = _whole_frames(buffers, getattr(exc, "written", 0))  # type: ignore[attr-defined]
+            self._wrote(seg, exc.whole)  # type: ignore[attr-defined]
+            raise
+        self._wrote(seg, size)
+        try:
+            self.maybe_sync()
+        except OSError as exc:  # the records are in the file (the recorder reads them): spooled
+            exc.whole = size  # type: ignore[attr-defined]
+            raise
+
+    def _wrote(self, seg: _Segment, size: int) -> None:
         seg.end += size
         self._appended += size
         reach = seg.end + (HEADER.size if seg.recycled else 0)
@@ -209,7 +226,6 @@ class SpoolWriter:
             seg.size = reach
         self.position = (seg.first, seg.end)
         self._dirty = True
-        self.maybe_sync()
 
     def _rotate(self, first_seq: int) -> _Segment:
         # Let go of the old segment first: should what follows fail (EMFILE, ENOSPC), the next
@@ -332,30 +348,69 @@ class SpoolWriter:
             os.close(self._lock_fd)  # the next writer may claim this directory
 
 
+class SpoolWriteError(OSError):
+    """An append whose write failed, maybe part way. `accepted` is as `append` returns it: True
+    for each record whole in the spool (the recorder stores it), False for the others; `failed`
+    counts the records that were to be written and are not whole (spool-error drops), as
+    against those refused at the bound (spool-full)."""
+
+    def __init__(self, cause: OSError, accepted: list[bool], failed: int) -> None:
+        super().__init__(*((cause.errno, cause.strerror) if cause.errno is not None else (str(cause),)))
+        self.accepted, self.failed = accepted, failed
+
+
+def _whole_frames(buffers: list[bytes], written: int) -> int:
+    """Bytes of the whole frames (header and payload pairs) among the first `written` bytes."""
+    whole = 0
+    for head, payload in zip(buffers[0::2], buffers[1::2]):  # a recycled file's end marker, last, is unpaired
+        if whole + len(head) + len(payload) > written:
+            break
+        whole += len(head) + len(payload)
+    return whole
+
+
+def _whole(payloads: list[bytes], accepted: list[bool], whole: int) -> tuple[list[bool], int]:
+    """`accepted` after a write of which `whole` bytes of frames reached the file, and how many
+    of the records to be written did not."""
+    reached, failed = [], 0
+    for payload, ok in zip(payloads, accepted):
+        if ok and whole >= HEADER.size + len(payload):
+            whole -= HEADER.size + len(payload)
+        elif ok:
+            ok, failed, whole = False, failed + 1, -1  # frames are in order: none after this one
+        reached.append(ok)
+    return reached, failed
+
+
 IOV_MAX = 1024  # buffers per pwritev (Linux's UIO_MAXIOV)
 
 
 def pwrite_all(fd: int, buffers: list[bytes], offset: int) -> None:
     """Write every buffer, in order, from `offset`, with as few pwritev calls as the kernel allows.
 
-    At an explicit offset rather than appending: a recycled segment is overwritten from its start."""
-    i = 0
-    while i < len(buffers):
-        group = buffers[i : i + IOV_MAX]
-        written = os.pwritev(fd, group, offset)
-        offset += written
-        for buf in group:  # a short write (a full disk, a signal): go on where it stopped
-            if written >= len(buf):
-                written -= len(buf)
+    At an explicit offset rather than appending: a recycled segment is overwritten from its start.
+    An OSError carries `written`: the bytes of this write that reached the file before it."""
+    start, i = offset, 0
+    try:
+        while i < len(buffers):
+            group = buffers[i : i + IOV_MAX]
+            written = os.pwritev(fd, group, offset)
+            offset += written
+            for buf in group:  # a short write (a full disk, a signal): go on where it stopped
+                if written >= len(buf):
+                    written -= len(buf)
+                    i += 1
+                    continue
+                rest = memoryview(buf)[written:]
+                while rest:
+                    n = os.pwrite(fd, rest, offset)
+                    offset += n
+                    rest = rest[n:]
                 i += 1
-                continue
-            rest = memoryview(buf)[written:]
-            while rest:
-                n = os.pwrite(fd, rest, offset)
-                offset += n
-                rest = rest[n:]
-            i += 1
-            break
+                break
+    except OSError as exc:
+        exc.written = offset - start  # type: ignore[attr-defined]
+        raise
 
 
 def _fsync_dir(directory: Path) -> None:
