@@ -10,6 +10,7 @@ import pytest
 
 from extproxy.recording.observe import spool_status
 from extproxy.recording.spool import HEADER, SpoolSettings, segment_name, segments
+from extproxy.recording.gathered_write import IOV_MAX
 from extproxy.recording.spool_writer import SpoolWriter
 from extproxy.recording.spool_reader import SpoolBusy, SpoolReader
 
@@ -209,10 +210,10 @@ def test_it_writes_many_records_in_order_past_the_writev_bound_and_after_short_w
 
     monkeypatch.setattr(spool.os, "pwritev", short_pwritev)
     writer = SpoolWriter(settings(tmp_path))
-    records = [f"record-{i}".encode() * (i % 7) for i in range(spool.IOV_MAX + 300)]  # empty ones too
+    records = [f"record-{i}".encode() * (i % 7) for i in range(IOV_MAX + 300)]  # empty ones too
     assert all(writer.append(records))
     writer.append([b"last"])
-    assert shortened == [spool.IOV_MAX] * 3  # a header and a payload per record, IOV_MAX per call
+    assert shortened == [IOV_MAX] * 3  # a header and a payload per record, IOV_MAX per call
     assert read_all(SpoolReader(tmp_path / "spool")) == records + [b"last"]
     writer.close()
 

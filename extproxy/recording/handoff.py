@@ -29,7 +29,8 @@ from .observe import COLLECTOR, spool_status
 from ..config import RecordingConfig
 from .dropcount import DropCounter
 from .spool import SpoolSettings
-from .spool_writer import SpoolWriteError, SpoolWriter
+from .gathered_write import SpoolWriteError
+from .spool_writer import SpoolWriter
 from .trace import Trace, encode_trace
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 writer directory, starts each segment in a free file when the recorder left one (recycling,
 see spool.py for the layout and its guarantees), and keeps the spool's byte bound.
 
-Owns writing: the gathered writes at explicit offsets, the end markers after data in a
+Owns writing: the gathered writes at explicit offsets (gathered_write.py), the end markers after data in a
 recycled segment, cutting a recycled segment to its data when leaving it, fsync by policy,
 and the bound (free files counted, given back at it). The format is spool.py's. Must not
 decode records or read what the recorder reads.
@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .gathered_write import SpoolWriteError, pwrite_all, whole_frames, whole_records
 from .spool import (
     HEADER, SpoolSettings, end_marker, files_usage, frame_head, free_files, free_name, read_cursor, scan_segment,
     segment_name, segments, try_lock, undrained_extents,
@@ -68,10 +69,6 @@ def undrained_bytes(root: Path, known_end: dict[str, tuple[int, int]]) -> int:
 
 
 # --- serving side ------------------------------------------------------------------------
-
-
-class SpoolFull(Exception):
-    pass
 
 
 @dataclass
@@ -186,7 +183,7 @@ class SpoolWriter:
                 if self._segment is not None:
                     self._segment.failed = True
                 if isinstance(exc, OSError):
-                    raise SpoolWriteError(exc, *_whole(payloads, accepted, getattr(exc, "whole", 0))) from exc
+                    raise SpoolWriteError(exc, *whole_records(payloads, accepted, getattr(exc, "whole", 0))) from exc
                 raise
         return accepted
 
@@ -207,7 +204,7 @@ class SpoolWriter:
         try:
             pwrite_all(seg.fd, buffers, seg.end)  # into the kernel now: a SIGKILL after this loses nothing
         except OSError as exc:  # part of it may be in the file: its whole frames stay, and count as spooled
-            exc.whole = _whole_frames(buffers, getattr(exc, "written", 0))  # type: ignore[attr-defined]
+            exc.whole = whole_frames(buffers, getattr(exc, "written", 0))  # type: ignore[attr-defined]
             self._wrote(seg, exc.whole)  # type: ignore[attr-defined]
             raise
         self._wrote(seg, size)
@@ -346,71 +343,6 @@ class SpoolWriter:
                     os.close(seg.fd)
         finally:
             os.close(self._lock_fd)  # the next writer may claim this directory
-
-
-class SpoolWriteError(OSError):
-    """An append whose write failed, maybe part way. `accepted` is as `append` returns it: True
-    for each record whole in the spool (the recorder stores it), False for the others; `failed`
-    counts the records that were to be written and are not whole (spool-error drops), as
-    against those refused at the bound (spool-full)."""
-
-    def __init__(self, cause: OSError, accepted: list[bool], failed: int) -> None:
-        super().__init__(*((cause.errno, cause.strerror) if cause.errno is not None else (str(cause),)))
-        self.accepted, self.failed = accepted, failed
-
-
-def _whole_frames(buffers: list[bytes], written: int) -> int:
-    """Bytes of the whole frames (header and payload pairs) among the first `written` bytes."""
-    whole = 0
-    for head, payload in zip(buffers[0::2], buffers[1::2]):  # a recycled file's end marker, last, is unpaired
-        if whole + len(head) + len(payload) > written:
-            break
-        whole += len(head) + len(payload)
-    return whole
-
-
-def _whole(payloads: list[bytes], accepted: list[bool], whole: int) -> tuple[list[bool], int]:
-    """`accepted` after a write of which `whole` bytes of frames reached the file, and how many
-    of the records to be written did not."""
-    reached, failed = [], 0
-    for payload, ok in zip(payloads, accepted):
-        if ok and whole >= HEADER.size + len(payload):
-            whole -= HEADER.size + len(payload)
-        elif ok:
-            ok, failed, whole = False, failed + 1, -1  # frames are in order: none after this one
-        reached.append(ok)
-    return reached, failed
-
-
-IOV_MAX = 1024  # buffers per pwritev (Linux's UIO_MAXIOV)
-
-
-def pwrite_all(fd: int, buffers: list[bytes], offset: int) -> None:
-    """Write every buffer, in order, from `offset`, with as few pwritev calls as the kernel allows.
-
-    At an explicit offset rather than appending: a recycled segment is overwritten from its start.
-    An OSError carries `written`: the bytes of this write that reached the file before it."""
-    start, i = offset, 0
-    try:
-        while i < len(buffers):
-            group = buffers[i : i + IOV_MAX]
-            written = os.pwritev(fd, group, offset)
-            offset += written
-            for buf in group:  # a short write (a full disk, a signal): go on where it stopped
-                if written >= len(buf):
-                    written -= len(buf)
-                    i += 1
-                    continue
-                rest = memoryview(buf)[written:]
-                while rest:
-                    n = os.pwrite(fd, rest, offset)
-                    offset += n
-                    rest = rest[n:]
-                i += 1
-                break
-    except OSError as exc:
-        exc.written = offset - start  # type: ignore[attr-defined]
-        raise
 
 
 def _fsync_dir(directory: Path) -> None:
