@@ -308,3 +308,50 @@ def test_a_segment_that_cannot_be_opened_fails_that_write_only(tmp_path, monkeyp
     writer.close()
     assert live == set()
     assert read_all(SpoolReader(tmp_path / "spool")) == [b"one" * 5, b"three" * 3, b"four" * 4]
+
+
+@pytest.mark.parametrize("flipped", [(2,), (9,), (7, 8, 9)])  # the third record of ten, the last, the last three
+@pytest.mark.parametrize("then", ["the writer went on", "a restarted writer", "its writer gone"])
+def test_a_corrupt_record_costs_that_record_only_counted_torn(tmp_path, flipped, then):
+    """A flipped byte in a record (a disk error, pages written back out of order): the reader
+    goes on at the next intact record of the segment and counts the records in between. At the
+    end of a segment: the records numbered up to the next segment's first; but a restarted
+    writer numbers on from the last intact record, and a dead one's tail is unknown: one."""
+    records = [f"record-{i}-".encode() * 20 for i in range(10)]
+    frame = HEADER.size + len(records[0])
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10 * frame))
+    writer.append(records)
+    path = writer.directory / segment_name(segments(writer.directory)[0])
+    data = bytearray(path.read_bytes())
+    for i in flipped:
+        data[i * frame + HEADER.size + 5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    if then == "the writer went on":
+        writer.append([b"after"])  # in a new segment
+    writer.close()
+    if then == "a restarted writer":
+        writer = SpoolWriter(settings(tmp_path))
+        writer.append([b"after"])
+        writer.close()
+    reader = SpoolReader(tmp_path / "spool")
+    result = reader.read(100, 1 << 20)
+    assert [e.payload for e in result.entries] == [r for i, r in enumerate(records) if i not in flipped] + (
+        [] if then == "its writer gone" else [b"after"])
+    counted = len(flipped) if then == "the writer went on" or flipped == (2,) else 1
+    assert result.torn == counted and [t.records for t in result.torn_tails] == [counted]
+    assert reader.read(100, 1 << 20).torn == 0  # counted once
+
+
+def test_a_torn_tail_after_a_restart_counts_one_record(tmp_path):
+    """The writer was killed mid-frame and a new one took the directory: its first segment
+    reuses the torn frame's number, so the count is the one record torn, not zero."""
+    writer = SpoolWriter(settings(tmp_path))
+    writer.append([b"one", b"two"])
+    tear(writer, 10)
+    os.close(writer._lock_fd)  # killed
+    again = SpoolWriter(settings(tmp_path))
+    again.append([b"three"])
+    result = SpoolReader(tmp_path / "spool").read(100, 1 << 20)
+    assert [e.payload for e in result.entries] == [b"one", b"two", b"three"]
+    assert result.torn == 1
+    again.close()

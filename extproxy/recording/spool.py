@@ -269,6 +269,31 @@ def read_frame(f, offset: int, expected: int) -> Frame | _End | None:
     return Frame(seq, at, payload, offset + HEADER.size + length)
 
 
+RESYNC_CHUNK = 1 << 20  # read at a time while looking past a corrupt frame
+
+
+def next_intact_frame(f, start: int, end: int, after: int, below: int | None) -> Frame | None:
+    """The first intact frame between `start` and `end` whose sequence number is above `after`
+    (and below `below`, the next segment's first): where reading goes on past a corrupt frame.
+    A recycled file's old frames carry lower numbers, so none of them is taken."""
+    chunk = start
+    while chunk < end:
+        f.seek(chunk)
+        data = f.read(min(RESYNC_CHUNK, end - chunk) + HEADER.size)  # a header across chunks is seen whole
+        i = data.find(MAGIC)
+        while 0 <= i < RESYNC_CHUNK:
+            head = data[i : i + HEADER.size]
+            if len(head) == HEADER.size:
+                seq = HEADER.unpack(head)[3]
+                if seq > after and (below is None or seq < below):
+                    found = read_frame(f, chunk + i, seq)
+                    if isinstance(found, Frame):
+                        return found
+            i = data.find(MAGIC, i + 1)
+        chunk += RESYNC_CHUNK
+    return None
+
+
 @dataclass
 class Scan:
     last: int  # sequence number of the last intact frame (the segment's first - 1: none)
@@ -277,22 +302,19 @@ class Scan:
 
 
 def scan_segment(path: Path, first: int) -> Scan:
-    """Where the data of a segment ends: every frame read, in order."""
+    """Where the data of a segment ends: every frame read, in order, and past a corrupt one
+    from the next intact frame on, so that a writer resuming after it never reuses the
+    numbers of the records beyond it."""
     with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         last, offset = first - 1, 0
         while True:
             found = read_frame(f, offset, last + 1)
+            if found is None and offset < size:
+                found = next_intact_frame(f, offset + 1, size, last, None)
             if not isinstance(found, Frame):
                 return Scan(last, offset, found is END)
             last, offset = found.seq, found.end
-
-
-def last_seq(directory: Path, fallback: int = 0) -> int:
-    """The sequence number of the last intact frame in a writer's directory."""
-    segs = segments(directory)
-    if not segs:
-        return fallback
-    return max(scan_segment(directory / segment_name(segs[-1]), segs[-1]).last, fallback)
 
 
 # --- the cursor: what the recorder has committed -----------------------------------------

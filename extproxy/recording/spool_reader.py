@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from .spool import (
-    DEFAULT_RECYCLE, END, Cursor, Frame, expected_seq, free_files, free_name, read_cursor, read_frame, segment_name,
-    segments, try_lock, write_cursor, writer_alive,
+    DEFAULT_RECYCLE, END, Cursor, Frame, expected_seq, free_files, free_name, next_intact_frame, read_cursor,
+    read_frame, segment_name, segments, try_lock, write_cursor, writer_alive,
 )
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class _Position:
 class TornTail:
     at: float  # its segment's last write (epoch)
     where: str  # "writer/segment/offset": the same tail found again after a restart says the same
+    records: int = 1  # records lost with it: at least one
 
 
 @dataclass
@@ -58,9 +59,25 @@ class ReadResult:
     torn_tails: list[TornTail] = field(default_factory=list)
 
 
-def _skipped_torn(result: ReadResult, pos: _Position, mtime: float) -> None:
-    result.torn += 1
-    result.torn_tails.append(TornTail(mtime, f"{pos.directory.name}/{pos.segment}/{pos.offset}"))
+def _skipped_torn(result: ReadResult, pos: _Position, mtime: float, records: int = 1) -> None:
+    result.torn += records
+    result.torn_tails.append(TornTail(mtime, f"{pos.directory.name}/{pos.segment}/{pos.offset}", records))
+
+
+def _read_on(pos: _Position, result: ReadResult, f, size: int, mtime: float, below: int | None) -> Frame | None:
+    """Past a corrupt frame: the next intact one in the segment, counting the records between
+    as torn (their numbers are known from it). None when there is none."""
+    expected = expected_seq(pos.segment, pos.offset, pos.seq)
+    found = next_intact_frame(f, pos.offset + 1, size, expected - 1, below)
+    if found is None:
+        return None
+    lost = found.seq - expected
+    log.warning("spool %s: corrupt bytes at %d skipped, %d records with them; reading on at record %d",
+                pos.directory / segment_name(pos.segment), pos.offset, lost, found.seq)
+    if lost:
+        _skipped_torn(result, pos, mtime, lost)
+    pos.seq, pos.offset = found.seq, found.end
+    return found
 
 
 class _Listing:
@@ -170,14 +187,24 @@ class SpoolReader:
             newer = len(current) > 1
             path = pos.directory / segment_name(pos.segment)
             if not newer:
-                if torn and not writer_alive(pos.directory):
-                    _skipped_torn(result, pos, stat.st_mtime)  # the writer died mid-frame and has not come back
+                if torn and not writer_alive(pos.directory):  # the writer died mid-frame and has not come back
+                    again = _read_on(pos, result, f, size, stat.st_mtime, None)
+                    if again is not None:
+                        return again
+                    _skipped_torn(result, pos, stat.st_mtime)
                     log.warning("spool %s: torn tail of %d bytes skipped (its writer is gone)", path, size - pos.offset)
                     pos.offset = size
                 return None
             if torn:
-                _skipped_torn(result, pos, stat.st_mtime)
-                log.warning("spool %s: torn or corrupt tail of %d bytes skipped", path, size - pos.offset)
+                again = _read_on(pos, result, f, size, stat.st_mtime, current[1])
+                if again is not None:
+                    return again
+                # The records numbered up to the next segment's first (numbers a failed write
+                # spent, counted spool-error, among them: rare), or the torn one at least.
+                lost = max(1, current[1] - expected_seq(pos.segment, pos.offset, pos.seq))
+                _skipped_torn(result, pos, stat.st_mtime, lost)
+                log.warning("spool %s: torn or corrupt tail of %d bytes skipped, %d records", path,
+                            size - pos.offset, lost)
             pos.segment, pos.offset = current[1], 0
 
     def commit(self) -> None:

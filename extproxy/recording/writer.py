@@ -282,8 +282,8 @@ class Drainer:
                 gaps.extend(Drop(d.reason, d.calls, d.first_at, d.last_at, where) for d in record)
         if unreadable:
             self._drop("unreadable", unreadable)
-        # at least one call each
-        gaps.extend(Drop("torn", 1, tail.at, tail.at, f"torn {tail.where}") for tail in result.torn_tails)
+        # at least one call each (a corrupt frame mid-segment: the records up to the next intact one)
+        gaps.extend(Drop("torn", tail.records, tail.at, tail.at, f"torn {tail.where}") for tail in result.torn_tails)
         return traces, gaps
 
     def _store(self, traces: list[Trace], built: list[Built], new_nodes: list, used: set[str],
