@@ -260,6 +260,38 @@ def test_every_call_answered_under_overload_is_in_the_api_or_in_a_gap_and_the_ex
         call_command("verify_export", str(out), f"{out}.manifest.json", stdout=io.StringIO())
 
 
+def test_a_call_whose_record_cannot_be_built_is_answered_and_counted(proxy, write_config, backend_server,
+                                                                     monkeypatch):
+    """A bug building one call's record (put aside on the serving loop): that call is answered,
+    counted unencodable and in a gap; the calls around it are recorded."""
+    from extproxy import engine
+
+    backend = backend_server({"filter": pass_all})
+    server = proxy(write_config({"backends": [{"name": "gpu", "urlPrefix": f"{backend.url}/scheduler",
+                                               "filterVerb": "filter", "nodeCacheCapable": True}]}))
+    real, calls = engine.trace_of, []
+
+    def trace_of(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise TypeError("a field of an unexpected type")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "trace_of", trace_of)
+    load = Load(f"{server.url}/extender/gpu/filter", fixture_bytes("filter-request.nodecache-true.json"),
+                concurrency=1).run(5)
+    assert load.failed == 0 and load.answered == 5
+    wait_until(lambda: len(calls) == 5, "not every call's record was built")
+    drops = server.recorder.drops
+    assert drops.counts == {"unencodable": 1}
+
+    def stored() -> bool:
+        server.flush()
+        return gaps_by_reason() == {"unencodable": 1} and Call.objects.count() == 4
+
+    wait_until(stored, f"not stored: {Call.objects.count()} calls, gaps {gaps_by_reason()}")
+
+
 def gap_rows(inst) -> dict[str, int]:
     """Calls in gap rows by reason, read from the installation's database directly."""
     import sqlite3

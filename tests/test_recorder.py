@@ -12,7 +12,7 @@ import pytest
 from django.db import OperationalError
 
 from extproxy.config import RecordingConfig, RedactionConfig
-from extproxy.models import Call, NodeObject
+from extproxy.models import Call, NodeObject, RecordingGap
 from extproxy.recording import SpoolRecorder, Trace, compact_body, restore_body
 from extproxy.recording.attempts import AttemptTracker
 from extproxy.recording.blobs import NodeDeduper, decompress
@@ -717,3 +717,30 @@ def test_readyz_and_metrics_read_an_odd_recorder_report_as_unknown(tmp_path, rep
     collector.source = recorder
     gauges = {m.name: m.samples[0].value for m in collector.collect() if m.samples}
     assert gauges["extproxy_recorder_database_up"] == (-1 if database_ok is None else int(database_ok))
+
+
+
+def test_a_bug_in_the_spool_writer_costs_its_round_counted_and_the_thread_goes_on(transactional_db, tmp_path,
+                                                                                 monkeypatch):
+    from extproxy.recording.spool_writer import SpoolWriter
+
+    real, failed = SpoolWriter.append, []
+
+    def append(self, payloads, *args):
+        if not failed and len(payloads) == 2:  # the calls' first write, not a gap record's
+            failed.append(True)
+            raise ValueError("a bug")
+        return real(self, payloads, *args)
+
+    monkeypatch.setattr(SpoolWriter, "append", append)
+    recorder = spool_recorder(tmp_path)
+    for _ in range(2):
+        recorder.submit(make_trace())  # not started: one batch
+    recorder.start()
+    assert recorder.flush(20) and failed
+    recorder.submit(make_trace())  # the thread still writes
+    assert recorder.stop()
+    assert recorder.spooled == 1 and recorder.drops.counts == {"spool-error": 2}
+    drain(tmp_path)
+    assert Call.objects.count() == 1
+    assert dict(RecordingGap.objects.values_list("reason", "calls")) == {"spool-error": 2}

@@ -88,7 +88,9 @@ class DropCounter:
         bound = writer.settings.max_bytes + (HEADER.size + len(record) if now_please else 0)
         try:
             accepted = writer.append([record], bound)[0]
-        except OSError as exc:  # the disk refuses: counted in the calls' own spool-error; retried next time
+        except Exception as exc:  # the disk refuses (or a bug): the counts are kept and retried next time
+            log.error("recorder: writing down %d drops failed: %s: %s", sum(d.calls for d in taken),
+                      type(exc).__name__, exc)
             accepted = bool(getattr(exc, "accepted", [False])[0])  # unless it reached the file whole
         if not accepted:
             self._put_back(taken)

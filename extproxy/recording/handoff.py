@@ -167,8 +167,9 @@ class SpoolRecorder:
             done = not self._thread.is_alive()
         if self._live is not None:
             self._live.close()
-        if not done:
-            log.error("recorder: %d calls still in memory at shutdown were not spooled", len(self._queue))
+        if not done:  # the thread may have taken them from the queue: those it is writing count too
+            log.error("recorder: %d calls still in memory at shutdown were not spooled, %d drops not written down",
+                      len(self._queue) + self._in_flight, self.drops.pending)
         return done
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -212,8 +213,8 @@ class SpoolRecorder:
         payloads: list[bytes] = []
         try:
             backlog = self.writer.backlog()
-        except OSError as exc:  # the append below meets it too (counted there); meanwhile save room
-            log.error("recorder: spool not readable: %s", exc)
+        except Exception as exc:  # the append below meets it too (counted there); meanwhile save room
+            log.error("recorder: spool not readable: %s: %s", type(exc).__name__, exc)
             backlog = self.spool.max_bytes
         for trace in batch:
             try:
@@ -228,8 +229,9 @@ class SpoolRecorder:
         except SpoolWriteError as exc:  # the records whole in the file are spooled (the recorder stores them)
             log.error("recorder: spool write failed: %s", exc)
             accepted, failed = exc.accepted, exc.failed
-        except OSError as exc:
-            log.error("recorder: spool write failed: %s", exc)
+        except Exception as exc:  # the disk (OSError), or a bug: these calls are counted, the thread goes on
+            log.error("recorder: spool write failed: %s: %s", type(exc).__name__, exc,
+                      exc_info=not isinstance(exc, OSError))
             accepted, failed = [False] * len(payloads), len(payloads)
         if failed:
             self.drops.add("spool-error", failed)
