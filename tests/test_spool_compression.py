@@ -169,7 +169,7 @@ def test_an_unreadable_spool_deflates_and_another_writers_backlog_counts(tmp_pat
     monkeypatch.undo()
     assert recorder.submit(trace()) and recorder.flush(20)  # the thread goes on; the backlog is small
     assert spooled_forms(settings.root) == [True, False]
-    assert recorder.spooled == 2 and "spool not readable: [Errno 24] Too many open files" in caplog.text
+    assert recorder.spooled == 2 and "spool not readable: OSError: [Errno 24] Too many open files" in caplog.text
 
     other = SpoolWriter(settings, "serve-2")  # a second serving process, its calls not yet stored
     assert other.append([encode_trace(trace(), compress=False)] * 12) == [True] * 12
