@@ -18,7 +18,9 @@ BAD_BODIES = {
     "not json": b"hello",
     "empty": b"",
     "wrong type": b'{"Pod": 1, "NodeNames": "x"}',
-    "invalid utf-8": b'{"Pod": {"metadata": {"name": "\xff\xfe"}}, "NodeNames": ["a"]}',
+    # Inside a string Go reads such bytes as U+FFFD (tests/protocol/test_gostrings.py); outside one
+    # they are no JSON.
+    "invalid utf-8": b'{"Pod": {"metadata": {"name": "a"}}, "NodeNames": \xff\xfe}',
     "deep nesting": b"[" * 50_000 + b"]" * 50_000,
     "deep object": b'{"Pod":' + b'{"a":' * 5_000 + b"1" + b"}" * 5_000 + b"}",
 }

@@ -418,3 +418,29 @@ def test_it_answers_and_records_even_when_the_combined_form_breaks(
     assert response.status_code == 200 and "internal error: KeyError" in response.json()["Error"]
     call = combined_call(admin_client, server)
     assert call["outcome"] == "error" and "internal error" in call["error"]
+
+
+def test_it_reads_strings_as_go_does_when_a_backend_sends_half_a_surrogate_or_bytes_not_utf8(
+        backend_server, proxy, write_config, admin_client):
+    """kube-scheduler's decoder reads a lone \\ud800 escape, and each byte that is not UTF-8, as
+    U+FFFD (msgspec refuses both): the reply is used as the scheduler would, not an error."""
+    def behave(handler, body):
+        names = json.loads(body)["NodeNames"]
+        kept = json.dumps([n for n in names if n not in ("node-02", "node-04")]).encode()
+        handler.answer(200, b'{"NodeNames":' + kept + b',"FailedNodes":{"node-02":"GPU \\ud800 busy \\ud83d\\ude00"},'
+                            b'"FailedAndUnresolvableNodes":{"node-04":"bad \xe2\x82 byte"},"Error":""}')
+
+    a = backend_server({"filter": behave})
+    server = proxy(write_config({"backends": [backend("a", a, filterVerb="filter", nodeCacheCapable=True)]}))
+
+    response = post(server, "filter", fixture_bytes(NAMES))
+
+    assert response.status_code == 200
+    result = response.json()
+    assert result["Error"] == "" and "node-02" not in result["NodeNames"] and "node-01" in result["NodeNames"]
+    assert result["FailedNodes"] == {"node-02": "GPU \ufffd busy \U0001f600"}
+    assert result["FailedAndUnresolvableNodes"] == {"node-04": "bad \ufffd\ufffd byte"}  # one a byte, as Go
+    call = combined_call(admin_client, server)
+    assert call["outcome"] == "ok" and [bc["outcome"] for bc in call["backend_calls"]] == ["ok"]
+    by = {(d["backend"], d["node"]): (d["result"], d.get("reason")) for d in call["decisions"]}
+    assert by[("a", "node-02")] == ("failed", "GPU \ufffd busy \U0001f600")

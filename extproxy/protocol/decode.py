@@ -37,6 +37,7 @@ from .gojson import (
     _trim,
     _type_error,
 )
+from .gostrings import as_go_reads
 from .objects import NodeListParts, RecentBytes, _node_list, identity_of
 from .types import (
     BindingArgs,
@@ -75,6 +76,7 @@ class ArgsParts:
     node_names: list[str] | None
 
 
+@as_go_reads
 def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes | None = None,
                        last: LastObject | None = None) -> ArgsParts:
     """The one reader of ExtenderArgs: every occurrence of a key is checked, the last one wins.
@@ -99,6 +101,7 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
     return ArgsParts(pod_raw, identity_of(pod_raw, "ExtenderArgs.Pod"), nodes, names)
 
 
+@as_go_reads
 def decode_extender_args(body: bytes) -> ExtenderArgs:
     """Decode an ExtenderArgs body (filter/prioritize request), Node objects built as dicts."""
     parts = read_extender_args(body)
@@ -110,6 +113,7 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     return ExtenderArgs(pod=pod, nodes=nodes, node_names=parts.node_names, nodes_metadata=meta)
 
 
+@as_go_reads
 def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool = False) -> FilterResult:
     """Decode an ExtenderFilterResult body (filter response).
 
@@ -159,6 +163,7 @@ class _HPExact(msgspec.Struct, forbid_unknown_fields=True):
 _hp_fast_decoder = msgspec.json.Decoder(list[_HPExact | None])
 
 
+@as_go_reads
 def decode_host_priority_list(body: bytes) -> list[HostPriority]:
     """Decode a HostPriorityList body (prioritize response): a bare JSON array."""
     raw = _first_value(body)
@@ -196,6 +201,7 @@ def decode_host_priority_list(body: bytes) -> list[HostPriority]:
     return out
 
 
+@as_go_reads
 def decode_binding_args(body: bytes) -> BindingArgs:
     """Decode an ExtenderBindingArgs body (bind request)."""
     v = {"PodName": "", "PodNamespace": "", "PodUID": "", "Node": ""}
@@ -204,6 +210,7 @@ def decode_binding_args(body: bytes) -> BindingArgs:
     return BindingArgs(v["PodName"], v["PodNamespace"], v["PodUID"], v["Node"])
 
 
+@as_go_reads
 def decode_binding_result(body: bytes) -> BindingResult:
     """Decode an ExtenderBindingResult body (bind response)."""
     error = ""
@@ -267,6 +274,7 @@ def _meta_victims(raw: _Buf) -> MetaVictims | None:
     return MetaVictims(uids, n)
 
 
+@as_go_reads
 def decode_preemption_args(body: bytes) -> PreemptionArgs:
     """Decode an ExtenderPreemptionArgs body (preempt request)."""
     pod: dict | None = None
@@ -282,6 +290,7 @@ def decode_preemption_args(body: bytes) -> PreemptionArgs:
     return PreemptionArgs(pod=pod or {}, node_to_victims=victims, node_to_meta_victims=metas)
 
 
+@as_go_reads
 def decode_preemption_result(body: bytes) -> PreemptionResult:
     """Decode an ExtenderPreemptionResult body. Null/absent map decodes to ``{}``."""
     metas: dict | None = None
