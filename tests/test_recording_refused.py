@@ -58,6 +58,8 @@ def odd_calls() -> list:
 def test_nul_is_stored_replaced_and_nothing_waits(transactional_db, tmp_path):
     spooled(tmp_path, odd_calls())
     drain = drainer(tmp_path)
+    published: list[list[dict]] = []
+    drain.publisher = published.append  # the live feed
     drain.run(until_idle=True)
     drain.close()
     assert drain.counters.write_errors == 0 and drain.counters.raw == 0 and drain.counters.written == 2
@@ -69,6 +71,11 @@ def test_nul_is_stored_replaced_and_nothing_waits(transactional_db, tmp_path):
     assert {"gpu\ufffdnode", "cpu\ufffdnode"} <= set(NodeObject.objects.values_list("name", flat=True))
     assert not any("\x00" in f["detail"] for c in Call.objects.all() for f in c.findings)
     assert drain.reader.read(10, 1 << 20).entries == []  # committed
+    # The live feed shows (and links) each pod by the name the database has.
+    shown = sorted((c["pod"]["namespace"], c["pod"]["name"], c["pod"]["uid"]) for batch in published for c in batch)
+    assert shown == pods
+    assert sorted(c["error"] for batch in published for c in batch) == sorted(
+        Call.objects.values_list("error", flat=True))
 
 
 def refusing(drain: Drainer, refuse=lambda call: False, outage_once: bool = False, refuse_nodes: bool = False):

@@ -42,6 +42,18 @@ def storable(value: Any) -> Any:
     return value
 
 
+def as_stored(summary: dict[str, Any]) -> dict[str, Any]:
+    """A call's live summary (models.call_to_json) with its texts as `insert_rows` stored them:
+    the live feed links a pod by the name it shows, which must be the name the database has."""
+    pod = summary["pod"]
+    for key in ("namespace", "name", "uid"):
+        pod[key] = storable_text(pod[key])
+    summary["error"] = storable_text(summary["error"])
+    if summary["findings"]:
+        summary["findings"] = storable(summary["findings"])
+    return summary
+
+
 def make_storable(obj) -> Any:
     """An unsaved model object with every text and JSON field made storable, for a path that
     saves through the ORM (a replay's call) rather than `insert_rows`."""
