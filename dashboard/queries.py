@@ -17,6 +17,7 @@ from typing import Any
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
 from django.utils import timezone
 
+from extproxy.api.bodies import MAX_ID
 from extproxy.api.filters import filter_calls
 from extproxy.models import BackendCall, Call
 
@@ -235,7 +236,10 @@ def attempt_calls(keys: list[str], requests: bool = False) -> dict[str, list[Cal
     the stored requests with `requests`: Node objects stay references, so this stays cheap)."""
     found: dict[str, list[Call]] = defaultdict(list)
     wanted = [k for k in keys if not k.startswith("call-")]
-    singles = [int(k[5:]) for k in keys if k.startswith("call-") and k[5:].isdigit()]
+    # A call id past the id column (64 bits) names no call, and SQLite cannot even be asked:
+    # left out like any key without calls.
+    singles = [int(k[5:]) for k in keys if k.startswith("call-") and k[5:].isascii() and k[5:].isdigit()]
+    singles = [i for i in singles if 0 < i <= MAX_ID]
     queryset = Call.objects.filter(Q(attempt__in=wanted) | Q(id__in=singles))
     deferred = ("response_body",) if requests else ("request_body", "response_body")
     binds: dict[int, Call] = {}

@@ -41,15 +41,40 @@ class _Pruned(dict):
         return PRUNED_NODE
 
 
-def envelope(stored: bytes | memoryview | None) -> dict[str, Any]:
-    """A stored request or reply as a JSON object, Node items left as references ({} if not one)."""
+def _read(stored: bytes | memoryview | None) -> tuple[dict[str, Any], str]:
+    """(the stored body as a JSON object, Node items left as references; why not one, or "")."""
     if not stored:
-        return {}
+        return {}, ""
     try:
         data = json.loads(restore_body(bytes(stored), lambda refs: _References()))
+    except RecursionError:
+        # The recorder keeps a body nested just under its decoder's limit as an ok call; a
+        # page decodes it further down the stack, where the same depth is past the limit.
+        return {}, "nested too deep to decode here"
     except (ValueError, TypeError, zlib.error):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return {}, "not readable as JSON"
+    return (data, "") if isinstance(data, dict) else ({}, "not a JSON object")
+
+
+def envelope(stored: bytes | memoryview | None) -> dict[str, Any]:
+    """A stored request or reply as a JSON object, Node items left as references ({} if not one)."""
+    return _read(stored)[0]
+
+
+def unreadable(stored: bytes | memoryview | None) -> str:
+    """Why a stored request or reply cannot be read as a JSON object here ("" when it can)."""
+    return _read(stored)[1]
+
+
+def unreadable_requests(calls: list) -> list[dict[str, Any]]:
+    """The calls (with their stored requests loaded) whose request cannot be read here, and why:
+    the pod page says so, since what it reads from them (labels, the binder's interest) is
+    missing."""
+    found = []
+    for call in calls:
+        if "request_body" not in call.get_deferred_fields() and (why := unreadable(call.request_body)):
+            found.append({"call": call, "why": why})
+    return found
 
 
 def full_body(stored: bytes | memoryview | None) -> bytes:
@@ -58,7 +83,7 @@ def full_body(stored: bytes | memoryview | None) -> bytes:
         return b""
     try:
         return restore_body(bytes(stored), load_nodes)
-    except (ValueError, TypeError, zlib.error):
+    except (ValueError, TypeError, zlib.error, RecursionError):  # RecursionError: as in _read
         return b""
 
 

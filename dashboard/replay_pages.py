@@ -27,8 +27,8 @@ replay_required = requires(Perm.REPLAY_CALLS)
 
 
 def _body_context(body) -> dict:
-    text, cut = body.pretty()
-    return {"text": text, "cut": cut, "size": len(body.data), "exact": body.exact, "marks": body.marks}
+    text, cut, note = body.pretty()
+    return {"text": text, "cut": cut, "note": note, "size": len(body.data), "exact": body.exact, "marks": body.marks}
 
 
 @bodies_required
@@ -91,10 +91,21 @@ def _start_from_form(request, data: dict[str, Any]) -> ReplayRun | dict:
         data = dict(data, target=_target_from_form(request.POST), allow_bind=bool(request.POST.get("allow_bind")))
         run, status = start(data, request.user, request)
     except ValidationError as exc:
-        return exc.detail if isinstance(exc.detail, dict) else {"replay": exc.detail}
+        detail = exc.detail if isinstance(exc.detail, dict) else {"replay": exc.detail}
+        return {field: _plain(problem) for field, problem in detail.items()}
     if status == 429:
         return {"busy": run.error}
     return run
+
+
+def _plain(detail: Any) -> str:
+    """A DRF error detail (a message, or a list or mapping of them) as the words it holds: the
+    refused page would show the reprs of ErrorDetail objects otherwise."""
+    if isinstance(detail, dict):
+        return "; ".join(f"{field}: {_plain(problem)}" for field, problem in detail.items())
+    if isinstance(detail, list):
+        return " ".join(_plain(problem) for problem in detail)
+    return str(detail)
 
 
 @replay_required

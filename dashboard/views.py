@@ -16,7 +16,7 @@ from django.utils import timezone
 from extproxy.models import Outcome, Verb
 from extproxy.roles import Perm, requires
 
-from . import queries
+from . import queries, records
 from .story import latest_per_backend
 
 NODE_PAGE = 100
@@ -81,7 +81,7 @@ def _page(request, items, per_page: int, param: str):
 
 @viewer_required
 def pod(request, namespace: str, name: str):
-    namespace = "" if namespace == "-" else namespace  # "-" stands for a pod without namespace
+    # namespace: "" for a pod without one (the URL's "-": urls.PodNamespace)
     attempts = queries.pod_attempts(namespace, name)
     selected = next((a for a in attempts if a.key == request.GET.get("attempt")), attempts[0] if attempts else None)
     context: dict[str, Any] = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}
@@ -110,6 +110,7 @@ def pod(request, namespace: str, name: str):
             bound=bound,
             labels=queries.pod_labels(filters + prioritizes),
             node_total=len(nodes),
+            unreadable=records.unreadable_requests(calls),
         )
     fragments = {"node-table": "dashboard/_node_table.html", "score-matrix": "dashboard/_score_matrix.html"}
     if request.htmx and request.htmx.target in fragments and selected is not None:

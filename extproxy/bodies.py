@@ -9,6 +9,7 @@ Reads only; never writes a record, never decides what was redacted.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -18,6 +19,11 @@ from .recorder import restore
 
 NODE_CHUNK = 500  # shas per query: SQLite's variable limit, and bounded memory per query
 PRETTY_LIMIT = 256 * 1024  # bytes of a body a page shows; the download has the rest
+# What reading a stored body as JSON raises: not JSON, or nested deeper than the decoder (or the
+# encoder) recurses. The recorder keeps both (a raw record, or just under its own limit), so a
+# page or a download must show such a body as text, never fail on it.
+NOT_JSON = (ValueError, RecursionError)
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass
@@ -31,20 +37,32 @@ class Body:
     def is_json(self) -> bool:
         try:
             json.loads(self.data)
-        except ValueError:
+        except NOT_JSON:
             return False
         return True
 
-    def pretty(self, limit: int = PRETTY_LIMIT) -> tuple[str, bool]:
-        """Indented JSON (or the text as received) and whether it was cut at `limit`."""
+    def pretty(self, limit: int = PRETTY_LIMIT) -> tuple[str, bool, str]:
+        """Indented JSON (or the text as received), whether it was cut at `limit`, and why JSON
+        could not be indented ("" when it was, or when the bytes are no JSON at all)."""
         text = self.data[:limit].decode("utf-8", "replace")
-        if len(self.data) <= limit:
-            try:
-                text = json.dumps(json.loads(self.data), indent=2, ensure_ascii=False)
-            except ValueError:
-                pass
-            return text, False
-        return text, True
+        if len(self.data) > limit:
+            return text, True, ""
+        try:
+            text = json.dumps(json.loads(self.data), indent=2, ensure_ascii=False)
+        except RecursionError:
+            return text, False, "nested too deep to indent here: shown as received"
+        except ValueError:
+            pass
+        return escape_surrogates(text), False, ""
+
+
+def escape_surrogates(text: str) -> str:
+    """`text` with each lone UTF-16 surrogate written as its JSON escape (\\ud800).
+
+    A JSON body may escape half a surrogate pair; json.loads makes it a str that UTF-8 cannot
+    encode, so the page or the download would fail. The escape is what the body said, and
+    it only occurs inside JSON strings, where it stays valid JSON."""
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def load_nodes(shas: Iterable[str]) -> dict[str, bytes]:

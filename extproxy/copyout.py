@@ -19,7 +19,7 @@ import json
 import shlex
 from typing import Any
 
-from .bodies import Body, request_of, response_of
+from .bodies import NOT_JSON, Body, escape_surrogates, request_of, response_of
 from .config import BackendConfig
 from .models import Call
 
@@ -70,7 +70,7 @@ def curl_command(body: Body, url: str, comment: str = "") -> str:
 def _json_or_base64(data: bytes, key: str) -> dict[str, Any]:
     try:
         return {key: json.loads(data)}
-    except ValueError:
+    except NOT_JSON:  # not JSON, or nested too deep to decode (a raw record): as base64
         return {f"{key}_base64": base64.b64encode(data).decode()}
 
 
@@ -115,4 +115,5 @@ def fixture_request_bytes(data: dict[str, Any]) -> bytes:
     """The request body a fixture holds (JSON re-encoded compactly, or the base64 bytes)."""
     if "request_base64" in data:
         return base64.b64decode(data["request_base64"])
-    return json.dumps(data["request"], separators=(",", ":"), ensure_ascii=False).encode()
+    # A lone surrogate escape (\ud800) stays an escape: UTF-8 cannot encode it as text.
+    return escape_surrogates(json.dumps(data["request"], separators=(",", ":"), ensure_ascii=False)).encode()

@@ -50,7 +50,7 @@ FIXTURE_SET_LIMIT = 100_000  # calls per /api/fixtures/ answer; narrow the filte
 
 def body_response(body: Body, name: str, params) -> HttpResponse:
     if flag(params, "pretty"):
-        text, _ = body.pretty(limit=len(body.data))
+        text, _, _ = body.pretty(limit=len(body.data))
         response = HttpResponse(text.encode(), content_type="application/json; charset=utf-8")
     else:
         response = HttpResponse(body.data, content_type="application/json")

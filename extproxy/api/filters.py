@@ -12,6 +12,7 @@ from typing import Any
 import datetime
 
 import django_filters as df
+from django import forms
 from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.exceptions import ValidationError
@@ -24,20 +25,29 @@ VERDICTS = [("passed", "passed"), ("failed", "failed"), ("unresolvable", "unreso
 
 
 MAX_IDS = 1000
+# latency_above's ceiling: no call takes a year, and a larger value overflows the interval
+# arithmetic (timedelta past ~1e17 ms; SQLite's 64-bit microseconds past ~9.2e15 ms).
+MAX_LATENCY_MS = 365 * 86_400_000
+
+
+class UtcDateTimeField(df.fields.IsoDateTimeField):
+    """ISO 8601, moved to UTC when the value is cleaned: PostgreSQL refuses offsets past 15:59
+    that Python accepts (a 500 found by schemathesis), and a date at the edge of the calendar
+    cannot move to UTC. Checked here, not when filtering, so that the form is invalid and every
+    face says so as it says any bad value (the API a 400, the audit page on the page)."""
+
+    def to_python(self, value: Any) -> datetime.datetime | None:
+        moment = super().to_python(value)
+        if moment is None:
+            return None
+        try:
+            return moment.astimezone(datetime.timezone.utc)
+        except (OverflowError, ValueError):
+            raise forms.ValidationError("out of range once moved to UTC", code="invalid") from None
 
 
 class UtcDateTimeFilter(df.IsoDateTimeFilter):
-    """ISO 8601, compared in UTC: PostgreSQL refuses offsets past 15:59 that Python accepts
-    (a 500 found by schemathesis), and a date at the edge of the calendar cannot move to UTC."""
-
-    def filter(self, qs: QuerySet, value: Any) -> QuerySet:
-        if value is not None:
-            try:
-                value = value.astimezone(datetime.timezone.utc)
-            except (OverflowError, ValueError):
-                name = next((k for k, f in self.parent.filters.items() if f is self), self.field_name)
-                raise ValidationError({name: ["out of range once moved to UTC"]}) from None
-        return super().filter(qs, value)
+    field_class = UtcDateTimeField
 
 
 class IdsFilter(df.BaseInFilter, df.NumberFilter):
@@ -91,6 +101,8 @@ class CallFilter(df.FilterSet):
     def filter_latency(self, queryset: QuerySet, name: str, value: Any) -> QuerySet:
         if value < 0:
             raise ValidationError({"latency_above": ["must be zero or more milliseconds"]})
+        if value > MAX_LATENCY_MS:
+            raise ValidationError({"latency_above": [f"at most {MAX_LATENCY_MS} milliseconds (a year)"]})
         duration = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
         from datetime import timedelta
 

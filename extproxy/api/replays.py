@@ -168,6 +168,8 @@ def replay_detail(request, pk: int):
         offset = max(0, int(request.query_params.get("offset") or 0))
     except ValueError:
         raise ValidationError({"offset": "a number"}) from None
+    if offset > MAX_ID:  # the database's OFFSET is 64 bits (SQLite: "datatype mismatch" past it)
+        raise ValidationError({"offset": f"at most {MAX_ID}"})
     page = [item_to_json(i) for i in items[offset : offset + ITEMS_PAGE]]
     return Response(dict(run_to_json(run), items=page, items_offset=offset, items_page=ITEMS_PAGE))
 

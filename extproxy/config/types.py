@@ -107,18 +107,30 @@ class BackendConfig:
         # Exactly as HTTPExtender.send builds it: no escaping, no trailing slash.
         return self.target.rstrip("/") + "/" + verb_string
 
-    def interested_in(self, pod: dict) -> bool:
+    def interested_in(self, pod: Any) -> bool:
+        """No managedResources, or a container or init container requests or limits one.
+
+        Any JSON shape: a pod comes from a request anyone who reaches the extender endpoint can
+        send (and from stored records). A part of another type than the object or list Go
+        decodes there requests nothing; it never raises."""
         if not self.managed_resources:
             return True
         managed = {r.name for r in self.managed_resources}
-        spec = (pod or {}).get("spec") or {}
+        spec = _member(pod, "spec")
         for key in ("containers", "initContainers"):
-            for container in spec.get(key) or ():
-                resources = (container or {}).get("resources") or {}
+            containers = _member(spec, key)
+            for container in containers if isinstance(containers, list) else ():
+                resources = _member(container, "resources")
                 for kind in ("requests", "limits"):
-                    if managed.intersection((resources.get(kind) or {}).keys()):
+                    amounts = _member(resources, kind)
+                    if isinstance(amounts, dict) and managed.intersection(amounts):
                         return True
         return False
+
+
+def _member(value: Any, name: str) -> Any:
+    """`value[name]` when value is a JSON object, else None."""
+    return value.get(name) if isinstance(value, dict) else None
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,15 @@
     return cell;
   }
 
+  // As dashboard/urls.py PodNamespace.to_url and reverse() build it: "-" for no namespace,
+  // "/" and "%" escaped once more (so a namespace with a "/" stays one path segment).
+  function namespaceSegment(namespace) {
+    if (!namespace) return "-";
+    return encodeURIComponent(namespace === "-" ? "%2D" : namespace.replace(/%/g, "%25").replace(/\//g, "%2F"));
+  }
+
   function podHref(pod, attempt) {
-    return "/pods/" + encodeURIComponent(pod.namespace || "-") + "/" + encodeURIComponent(pod.name) + "/" +
+    return "/pods/" + namespaceSegment(pod.namespace) + "/" + encodeURIComponent(pod.name) + "/" +
       (attempt ? "?attempt=" + encodeURIComponent(attempt) : "");
   }
 
