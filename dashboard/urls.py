@@ -6,14 +6,31 @@ from django.urls import path, register_converter
 from . import audit_views, replay_pages, views
 
 
-class PodNamespace:
-    """A pod's namespace as one path segment. Anyone who reaches the extender endpoint can
-    send any namespace: "/" and "%" are escaped once more than Django's reverse() escapes
-    them, so a namespace with a "/" comes back whole rather than as another pod's namespace
-    and name. "-" stands for no namespace (a namespace that is "-" is escaped: %2D).
-    dashboard/static/dashboard/live.js (podHref) builds the same URLs."""
+def _segment(value: str) -> str:
+    """`value` as one path segment that comes back whole: "%" and "/" escaped once more than
+    reverse() escapes them (a "/" would make two segments), and a segment that is "." or ".."
+    escaped too (browsers resolve those: "a/../b" would open pod "b")."""
+    escaped = value.replace("%", "%25").replace("/", "%2F")
+    return escaped.replace(".", "%2E") if escaped in (".", "..") else escaped
+
+
+class PodName:
+    """A pod's name as one path segment. Anyone who reaches the extender endpoint can send any
+    name (a newline, a "/", ".."): each comes back as it was sent, never as another pod's.
+    dashboard/static/dashboard/live.js (segment, podHref) builds the same URLs."""
 
     regex = "[^/]+"
+
+    def to_python(self, value: str) -> str:
+        return unquote(value)
+
+    def to_url(self, value: str) -> str:
+        return _segment(value)
+
+
+class PodNamespace(PodName):
+    """A pod's namespace, as a name is; "-" stands for no namespace (a namespace that is "-"
+    is written %2D)."""
 
     def to_python(self, value: str) -> str:
         return "" if value == "-" else unquote(value)
@@ -21,20 +38,7 @@ class PodNamespace:
     def to_url(self, value: str) -> str:
         if not value:
             return "-"
-        return "%2D" if value == "-" else value.replace("%", "%25").replace("/", "%2F")
-
-
-class PodName:
-    """A pod's name: the rest of the path, any character (a newline, a "/") included;
-    Django's reverse() escapes it."""
-
-    regex = r"[\s\S]+"
-
-    def to_python(self, value: str) -> str:
-        return value
-
-    def to_url(self, value: str) -> str:
-        return value
+        return "%2D" if value == "-" else _segment(value)
 
 
 register_converter(PodNamespace, "podnamespace")

@@ -12,6 +12,7 @@ import base64
 import html
 import json
 import re
+from urllib.parse import urljoin, urlsplit
 
 import pytest
 from django.http import HttpResponse
@@ -130,6 +131,17 @@ def test_a_fixture_with_a_lone_surrogate_escape_gives_back_its_request():
     assert json.loads(fixture_request_bytes(fixture)) == fixture["request"]
 
 
+def test_a_pod_page_shows_a_lone_surrogate_in_a_label_or_a_bound_node_as_the_scheduler_read_it():
+    body = fixture_bytes(FILTER_REQUEST).replace(b'"vision-pipeline"', b'"vision \\udc00"')
+    filtered = store(body, OK_REPLY)
+    client, path = viewer(), f"/pods/{filtered.pod_namespace}/{filtered.pod_name}/"
+    assert "<dd>vision \ufffd</dd>" in get(client, path).content.decode()
+    bind = json.dumps({"PodName": filtered.pod_name, "PodNamespace": filtered.pod_namespace,
+                       "PodUID": filtered.pod_uid, "Node": "n"}).replace('"n"', '"n\\ud800"').encode()
+    store(bind, b'{"Error":""}', verb="bind", url="http://gpu/scheduler/bind")
+    assert "n\ufffd" in get(client, path).content.decode()
+
+
 # --- 4. pod names and namespaces any character long -------------------------------------------
 
 
@@ -144,8 +156,12 @@ def pending_filter(namespace: str, name: str) -> Call:
     return store(pod_request(namespace, name), b'{"NodeNames":[],"FailedNodes":{},"Error":"no room"}')
 
 
-@pytest.mark.parametrize("namespace, name", [("default", "new\nline"), ("a/b", "c"), ("", "no-namespace"),
-                                             ("ns", "x/y/"), ("ns", "50%25 ?#")])
+@pytest.mark.parametrize("namespace, name", [
+    ("default", "new\nline"), ("a/b", "c"), ("", "no-namespace"), ("ns", "x/y/"), ("ns", "50%25 ?#"),
+    # dot segments, which a browser resolves before asking ("a/../b" would be pod "b")
+    ("ns", "a/../b"), ("ns", "a/./b"), ("..", "p"), (".", "p"), ("ns", ".."), ("ns", "."),
+    ("-", "dash"), ("%2D", "x"), ("%", "%"),
+])
 def test_every_pod_link_leads_to_its_pod(namespace, name):
     call = pending_filter(namespace, name)
     assert (call.pod_namespace, call.pod_name) == (namespace, name)
@@ -153,9 +169,13 @@ def test_every_pod_link_leads_to_its_pod(namespace, name):
     links = set()
     for path in (f"/calls/{call.pk}/", "/backends/", "/pending/"):
         page = get(client, path).content.decode()
-        links |= {html.unescape(h).split("?")[0] for h in re.findall(r'href="(/pods/[^"]*)"', page)}
+        found = {html.unescape(h).split("?")[0] for h in re.findall(r'href="(/pods/[^"]*)"', page)}
+        assert found, f"no pod link on {path}"
+        links |= found
     assert len(links) == 1, links
-    page = get(client, links.pop()).content.decode()
+    # Followed as a browser follows it: dot segments resolved (urljoin does as browsers do).
+    followed = urlsplit(urljoin(f"http://testserver/calls/{call.pk}/", links.pop())).path
+    page = get(client, followed).content.decode()
     assert f'<span class="podname">{html.escape(namespace)}/{html.escape(name)}</span>' in page
     assert "no room" in page  # this pod's attempt, not an empty page
 

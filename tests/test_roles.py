@@ -47,7 +47,7 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "feed/attempts/": ("/feed/attempts/", EVERYONE),
     "feed/summary/": ("/feed/summary/", EVERYONE),
     "feed/record-status/": ("/feed/record-status/", EVERYONE),
-    "pods/<str:namespace>/<path:name>/": ("/pods/ml/trainer/", EVERYONE),
+    "pods/<podnamespace:namespace>/<podname:name>/": ("/pods/ml/trainer/", EVERYONE),
     "backends/": ("/backends/", EVERYONE),
     "pending/": ("/pending/", EVERYONE),
     "audit/": ("/audit/", AUDITORS),

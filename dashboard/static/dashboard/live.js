@@ -81,15 +81,22 @@
     return cell;
   }
 
-  // As dashboard/urls.py PodNamespace.to_url and reverse() build it: "-" for no namespace,
-  // "/" and "%" escaped once more (so a namespace with a "/" stays one path segment).
+  // As dashboard/urls.py (_segment, PodName, PodNamespace) and reverse() build them: "%" and "/"
+  // escaped once more, a "." or ".." segment escaped (browsers resolve those), "-" for no
+  // namespace, so that every pod's link opens that pod.
+  function segment(value) {
+    let escaped = value.replace(/%/g, "%25").replace(/\//g, "%2F");
+    if (escaped === "." || escaped === "..") escaped = escaped.replace(/\./g, "%2E");
+    return encodeURIComponent(escaped);
+  }
+
   function namespaceSegment(namespace) {
     if (!namespace) return "-";
-    return encodeURIComponent(namespace === "-" ? "%2D" : namespace.replace(/%/g, "%25").replace(/\//g, "%2F"));
+    return namespace === "-" ? encodeURIComponent("%2D") : segment(namespace);
   }
 
   function podHref(pod, attempt) {
-    return "/pods/" + namespaceSegment(pod.namespace) + "/" + encodeURIComponent(pod.name) + "/" +
+    return "/pods/" + namespaceSegment(pod.namespace) + "/" + segment(pod.name) + "/" +
       (attempt ? "?attempt=" + encodeURIComponent(attempt) : "");
   }
 
