@@ -135,7 +135,7 @@ def measure(databases: dict[str, str]) -> dict:
     from django.test import Client
     from django.test.utils import setup_test_environment
 
-    from dashboard import queries, rollup
+    from dashboard import feed, rollup
 
     setup_test_environment()
     results: dict = {alias: {p: [] for p in pages()} for alias in databases}
@@ -153,7 +153,7 @@ def measure(databases: dict[str, str]) -> dict:
     for _ in range(ROUNDS):
         for alias in databases:  # alternating: drift on the machine hits both alike
             connections["default"] = connections[alias]
-            queries._summary_cache.clear()  # measure the work, not the band's 10 s cache
+            feed._summary_cache.clear()  # measure the work, not the band's 10 s cache
             for path in pages():
                 started = time.perf_counter()
                 response = clients[alias].get(path)

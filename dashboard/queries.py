@@ -1,5 +1,6 @@
-"""What the dashboard pages read from the call records: feed filters, a pod's attempts, the
-per-node and score tables, backend statistics and findings, pending pods.
+"""What the dashboard pages read from the call records: a pod's attempts, the per-node and
+score tables, the story of an attempt, pending pods. (The live feed's history: feed.py; the
+backends page's statistics: backend_stats.py.)
 
 Read-only: the recorder is the only writer. Decisions are one compressed blob per call, so
 anything per node decodes the blobs of the few calls a page shows, never of a whole range.
@@ -7,71 +8,19 @@ Results are plain dicts and lists for the templates (autoescaped) and for JSON.
 """
 from __future__ import annotations
 
-import json
-import math
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
+from django.db.models import Q
 from django.utils import timezone
 
 from extproxy.api.bodies import MAX_ID
-from extproxy.api.filters import filter_calls
 from extproxy.models import BackendCall, Call
 
 from . import records, story
 
 BODIES = ("request_body", "response_body", "decisions_blob")
-NODE_SCAN_LIMIT = 20_000  # calls looked at to answer a node filter
-
-
-class BadFilter(ValueError):
-    pass
-
-
-# --- the live feed's history -------------------------------------------------------------
-
-
-def feed_queryset(params) -> QuerySet:
-    """The API's filters plus what only the dashboard offers: latency above, error text, ids."""
-    from rest_framework.exceptions import ValidationError
-
-    try:
-        queryset = filter_calls(Call.objects.all(), params)
-    except ValidationError as exc:
-        raise BadFilter(json.dumps(exc.detail)) from None
-    if params.get("latency_above"):
-        try:
-            ms = float(params["latency_above"])
-        except ValueError:
-            raise BadFilter("latency_above: expected milliseconds, e.g. 250") from None
-        duration = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
-        queryset = queryset.annotate(duration=duration).filter(duration__gt=timedelta(milliseconds=ms))
-    if params.get("error"):
-        queryset = queryset.filter(error__icontains=params["error"])
-    if params.get("ids"):
-        try:
-            ids = [int(i) for i in params["ids"].split(",") if i][:1000]
-        except ValueError:
-            raise BadFilter("ids: expected a comma-separated list of call ids") from None
-        queryset = queryset.filter(id__in=ids)
-    return queryset.order_by("-started_at", "-id")
-
-
-def feed_calls(params, limit: int) -> list[dict]:
-    queryset = feed_queryset(params)
-    node = params.get("node")
-    if not node:
-        return [c.to_json() for c in queryset.defer(*BODIES)[:limit]]
-    found: list[dict] = []
-    for call in queryset.defer("request_body", "response_body")[:NODE_SCAN_LIMIT].iterator(chunk_size=500):
-        if any(d.get("node") == node for d in call.decisions()) or _bound_node(call) == node:
-            found.append(call.to_json())
-            if len(found) >= limit:
-                break
-    return found
 
 
 def _bound_node(call: Call) -> str | None:
@@ -263,116 +212,6 @@ def attempt_calls(keys: list[str], requests: bool = False) -> dict[str, list[Cal
 # --- backends ------------------------------------------------------------------------------
 
 
-def histogram_percentile(counts: dict[int, int], p: float) -> float | None:
-    """The upper edge of the latency bucket holding the p-th percentile (ms): "p99 ≤ x"."""
-    from .rollup import UPPER_EDGES_MS
-
-    total = sum(counts.values())
-    if not total:
-        return None
-    rank = max(1, math.ceil(p / 100 * total))
-    seen = 0
-    for bucket in sorted(counts):
-        seen += counts[bucket]
-        if seen >= rank:
-            return round(UPPER_EDGES_MS[bucket], 3)
-    return None
-
-
-def backend_series(minutes: int, slots: int = 30, now: datetime | None = None) -> list[dict]:
-    """Per backend and verb over the last `minutes`: calls, calls/s, errors, timeouts, p50/p90/p99
-    (ms, from the roll-up's log buckets), and per time slot the same plus the latency heatmap.
-
-    Reads LatencyCell rows grouped in SQL: at most slots × buckets rows per backend and verb,
-    whatever the number of recorded calls.
-    """
-    from django.db.models import IntegerField, Sum
-
-    from . import rollup
-    from .models import LatencyCell
-
-    rollup.catch_up(max_rows=5000)  # bounded: the roll-up thread does the rest
-    now = now or timezone.now()
-    last = rollup.epoch_minute(now)
-    first = last - minutes + 1
-    width = max(1, math.ceil(minutes / slots))  # minutes per slot
-    count = math.ceil(minutes / width)
-    slot = ExpressionWrapper((F("minute") - first) / width, output_field=IntegerField())
-    rows = (
-        LatencyCell.objects.filter(minute__gte=first).annotate(slot=slot)
-        .values("backend", "verb", "slot", "bucket")
-        .annotate(n=Sum("calls"), e=Sum("errors"), t=Sum("timeouts")).order_by()
-    )
-    grouped: dict[tuple[str, str], dict] = {}
-    for row in rows:
-        entry = grouped.setdefault((row["backend"], row["verb"]), {"slots": defaultdict(lambda: defaultdict(int)),
-                                                                    "errors": defaultdict(int),
-                                                                    "timeouts": defaultdict(int)})
-        entry["slots"][row["slot"]][row["bucket"]] += row["n"]
-        entry["errors"][row["slot"]] += row["e"]
-        entry["timeouts"][row["slot"]] += row["t"]
-    series = []
-    for (backend, verb), entry in sorted(grouped.items()):
-        points: list[dict] = []
-        heat: list[list[int]] = []
-        overall: dict[int, int] = defaultdict(int)
-        for i in range(count):
-            hist = entry["slots"].get(i, {})
-            n = sum(hist.values())
-            for bucket, c in hist.items():
-                overall[bucket] += c
-                heat.append([i, bucket, c])
-            points.append({
-                "t": rollup.minute_start(first + (i + 1) * width).timestamp(),
-                "rate": round(n / (width * 60), 4),
-                "error_rate": round(entry["errors"][i] / n, 4) if n else None,
-                "timeout_rate": round(entry["timeouts"][i] / n, 4) if n else None,
-                "p50": histogram_percentile(hist, 50), "p90": histogram_percentile(hist, 90),
-                "p99": histogram_percentile(hist, 99),
-            })
-        total = sum(overall.values())
-        series.append({
-            "backend": backend, "verb": verb, "calls": total, "rate": round(total / (minutes * 60), 3),
-            "errors": sum(entry["errors"].values()), "timeouts": sum(entry["timeouts"].values()),
-            "p50": histogram_percentile(overall, 50), "p90": histogram_percentile(overall, 90),
-            "p99": histogram_percentile(overall, 99), "points": points, "heat": heat,
-            "slot_seconds": width * 60,
-        })
-    return series
-
-
-def backend_findings(scan: int = 1000, examples: int = 3) -> dict[str, list[dict]]:
-    """Per backend: each kind of contract finding with its count and a few example calls.
-
-    Besides the recorder's findings, non-200 answers (with their bodies, kept in `error`) and
-    `Error` texts under a 200 count as findings here.
-    """
-    fields = ("id", "verb", "backend", "pod_namespace", "pod_name", "attempt", "started_at", "outcome",
-              "http_status", "error", "findings")
-    # Failed calls come from the (outcome, started_at) index; findings on calls that still
-    # counted as ok only from the newest `scan` calls: both bounded whatever the table's size.
-    failed = list(Call.objects.filter(outcome="error", is_replay=False).order_by("-started_at", "-id").only(*fields)[:scan])
-    recent = Call.objects.filter(is_replay=False).order_by("-started_at", "-id").values_list("id", flat=True)[:scan * 4]
-    noted = list(Call.objects.filter(id__in=recent).exclude(outcome="error").exclude(findings=[]).only(*fields))
-    calls = sorted(failed + noted, key=lambda c: (c.started_at, c.id), reverse=True)
-    found: dict[str, OrderedDict[str, dict]] = defaultdict(OrderedDict)
-    for call in calls:
-        kinds = [(f.get("kind", "?"), f.get("detail", "")) for f in call.findings or []]
-        if call.http_status not in (None, 200):
-            # The body of a non-200 answer is kept in `error`: show it with the finding.
-            kinds = [(k, f"{d}: {call.error}" if k == "non-200" else d) for k, d in kinds]
-            if not any(k == "non-200" for k, _ in kinds):
-                kinds.append(("non-200", call.error))
-        elif call.http_status == 200 and call.outcome == "error" and not kinds:
-            kinds.append(("error-under-200", call.error))
-        for kind, detail in kinds:
-            entry = found[call.backend].setdefault(kind, {"kind": kind, "count": 0, "examples": []})
-            entry["count"] += 1
-            if len(entry["examples"]) < examples:
-                entry["examples"].append({"call": call, "detail": detail})
-    return {backend: list(kinds.values()) for backend, kinds in found.items()}
-
-
 # --- the pod's story and pending pods -------------------------------------------------------
 
 
@@ -489,96 +328,3 @@ def pending_groups(pods: list[dict]) -> list[dict]:
         group = groups.setdefault(pod["story"].group, {"reason": pod["story"].sentence, "pods": []})
         group["pods"].append(pod)
     return sorted(groups.values(), key=lambda g: -len(g["pods"]))
-
-
-# --- the feed by scheduling attempt ------------------------------------------------------------
-
-ATTEMPT_SCAN = 3  # calls looked at per attempt asked for
-
-
-def _iso(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
-
-
-def attempt_to_json(key: str, calls: list[Call], told) -> dict:
-    calls = sorted(calls, key=lambda c: (c.started_at, c.id))
-    first = calls[0]
-    return {
-        "key": key,
-        "pod": {"namespace": first.pod_namespace, "name": first.pod_name, "uid": first.pod_uid},
-        "started_at": _iso(first.started_at),
-        "finished_at": _iso(max(c.finished_at for c in calls)),
-        "state": told.state,
-        "sentence": told.sentence,
-        "node": told.node,
-        "steps": [
-            {"verb": s.verb, "backend": s.backend, "call_id": s.call_id, "duration_ms": s.duration_ms,
-             "outcome": s.outcome, "counted": s.counted, "detail": s.detail, "error": s.error[:500],
-             "rejection": list(s.rejection) if s.rejection else None}
-            for s in told.steps
-        ],
-        "calls": [c.id for c in calls],
-    }
-
-
-def feed_attempts(params, limit: int) -> list[dict]:
-    """The newest attempts with a call matching the feed's filters (or the `keys` asked for),
-    each told as the pod page tells it: chain, times, results, first rejection reasons."""
-    if params.get("keys"):
-        keys = [k for k in params["keys"].split(",") if k][:limit]
-    else:
-        keys = []
-        for call in feed_queryset(params).only("id", "attempt")[: limit * ATTEMPT_SCAN]:
-            key = call.attempt or f"call-{call.id}"
-            if key not in keys:
-                keys.append(key)
-                if len(keys) >= limit:
-                    break
-    found = attempt_calls(keys)
-    backends = configured_backends()
-    now = timezone.now()
-    out = []
-    for key in keys:
-        calls = found.get(key)
-        if calls:
-            told = story_of(calls, [], backends, now)
-            out.append(attempt_to_json(key, calls, told))
-    return out
-
-
-_summary_cache: dict[str, tuple[float, Any]] = {}
-
-
-def _cached(name: str, seconds: float, compute):
-    import time
-
-    hit = _summary_cache.get(name)
-    if hit is not None and time.monotonic() - hit[0] < seconds:
-        return hit[1]
-    value = compute()
-    _summary_cache[name] = (time.monotonic(), value)
-    return value
-
-
-def feed_summary(now: datetime | None = None, minutes: int = 5) -> dict:
-    """The feed's band: attempts/s over the last minute, pods pending now, and per backend the
-    calls, errors and timeouts of the last `minutes` (from the roll-up)."""
-    from django.db.models import Count, Sum
-
-    from . import rollup
-    from .models import LatencyCell
-
-    now = now or timezone.now()
-    rollup.catch_up(max_rows=5000)
-    attempts = (Call.objects.filter(started_at__gte=now - timedelta(seconds=60)).exclude(attempt="")
-                .aggregate(n=Count("attempt", distinct=True))["n"])
-    since = rollup.epoch_minute(now) - minutes + 1
-    per_backend = (LatencyCell.objects.filter(minute__gte=since).values("backend")
-                   .annotate(calls=Sum("calls"), errors=Sum("errors"), timeouts=Sum("timeouts")).order_by("backend"))
-    pending = _cached("pending", 10.0, lambda: len(pending_pods()))
-    return {
-        "attempts_per_s": round(attempts / 60, 2),
-        "pending": pending,
-        "minutes": minutes,
-        "backends": [dict(b) for b in per_backend],
-    }

@@ -16,7 +16,7 @@ from django.utils import timezone
 from extproxy.models import Outcome, Verb
 from extproxy.roles import Perm, requires
 
-from . import queries, records
+from . import backend_stats, feed, queries, records
 from .story import latest_per_backend
 
 NODE_PAGE = 100
@@ -53,7 +53,7 @@ def _feed(request, query, default_limit: int, max_limit: int) -> JsonResponse:
     try:
         limit = max(1, min(int(request.GET.get("limit") or default_limit), max_limit))
         results = query(request.GET, limit)
-    except (queries.BadFilter, ValueError) as exc:
+    except (feed.BadFilter, ValueError) as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"results": results})
 
@@ -61,18 +61,18 @@ def _feed(request, query, default_limit: int, max_limit: int) -> JsonResponse:
 @viewer_required
 def feed_calls(request):
     """History for the live feed with every filter of its bar: {"results": [call, ...]}."""
-    return _feed(request, queries.feed_calls, 200, 1000)
+    return _feed(request, feed.feed_calls, 200, 1000)
 
 
 @viewer_required
 def feed_attempts(request):
     """The feed by scheduling attempt: {"results": [attempt, ...]} (filters as for calls, or keys=)."""
-    return _feed(request, queries.feed_attempts, 100, 200)
+    return _feed(request, feed.feed_attempts, 100, 200)
 
 
 @viewer_required
 def feed_summary(request):
-    return JsonResponse(queries.feed_summary())
+    return JsonResponse(feed.feed_summary())
 
 
 def _page(request, items, per_page: int, param: str):
@@ -154,8 +154,8 @@ def backends(request):
     except ValueError:
         minutes = 60
     configured = {b.name: b for b in _backends()}
-    series = queries.backend_series(minutes)
-    findings = queries.backend_findings()
+    series = backend_stats.backend_series(minutes)
+    findings = backend_stats.backend_findings()
     names = list(configured) + sorted({s["backend"] for s in series} - set(configured))
     for s in series:  # p99 as a fraction of the backend's httpTimeout: how close to failing
         timeout = configured[s["backend"]].http_timeout * 1000 if s["backend"] in configured else None

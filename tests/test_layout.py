@@ -1,5 +1,5 @@
 """The layout holds: no import cycle among extproxy's and the dashboard's modules, and no module
-of extproxy grows past its bound."""
+of either grows past its bound."""
 
 from __future__ import annotations
 
@@ -85,13 +85,13 @@ def test_it_finds_a_cycle_when_there_is_one():
 def test_it_has_no_import_cycle():
     graph = import_graph()
     assert "extproxy.engine" in graph and "extproxy.combined" in graph["extproxy.engine"]
-    assert "dashboard.story" in graph["dashboard.queries"]
+    assert "dashboard.story" in graph["dashboard.queries"] and "dashboard.queries" in graph["dashboard.feed"]
     assert cycles(graph) == []
 
 
 def test_it_keeps_modules_small_or_says_why():
     too_long = []
-    for path in PACKAGE.rglob("*.py"):
+    for path in (p for package in PACKAGES for p in package.rglob("*.py")):
         if "migrations" in path.parts or len(path.read_text().splitlines()) <= LINE_BOUND:
             continue
         if str(path.relative_to(ROOT)) in BEING_SPLIT:

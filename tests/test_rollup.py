@@ -57,7 +57,7 @@ def test_it_waits_for_a_gap_in_ids_then_counts_past_it():
 
 
 def test_it_reads_percentiles_and_rates_from_the_cells_in_sql():
-    from dashboard.queries import backend_series
+    from dashboard.backend_stats import backend_series
 
     now = datetime.now(timezone.utc)
     latencies = [1.0] * 50 + [10.0] * 40 + [100.0] * 9 + [1000.0]

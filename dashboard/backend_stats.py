@@ -1,0 +1,127 @@
+"""What the backends page reads: per backend and verb, calls, rates, errors, timeouts and
+latency percentiles from the roll-up (LatencyCell), and each backend's contract findings with
+example calls.
+
+Read-only, and bounded whatever the number of recorded calls: the roll-up's rows are grouped in
+SQL, and findings come from the newest calls only.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, defaultdict
+from datetime import datetime
+
+from django.db.models import ExpressionWrapper, F
+from django.utils import timezone
+
+from extproxy.models import Call
+
+
+def histogram_percentile(counts: dict[int, int], p: float) -> float | None:
+    """The upper edge of the latency bucket holding the p-th percentile (ms): "p99 ≤ x"."""
+    from .rollup import UPPER_EDGES_MS
+
+    total = sum(counts.values())
+    if not total:
+        return None
+    rank = max(1, math.ceil(p / 100 * total))
+    seen = 0
+    for bucket in sorted(counts):
+        seen += counts[bucket]
+        if seen >= rank:
+            return round(UPPER_EDGES_MS[bucket], 3)
+    return None
+
+
+def backend_series(minutes: int, slots: int = 30, now: datetime | None = None) -> list[dict]:
+    """Per backend and verb over the last `minutes`: calls, calls/s, errors, timeouts, p50/p90/p99
+    (ms, from the roll-up's log buckets), and per time slot the same plus the latency heatmap.
+
+    Reads LatencyCell rows grouped in SQL: at most slots × buckets rows per backend and verb,
+    whatever the number of recorded calls.
+    """
+    from django.db.models import IntegerField, Sum
+
+    from . import rollup
+    from .models import LatencyCell
+
+    rollup.catch_up(max_rows=5000)  # bounded: the roll-up thread does the rest
+    now = now or timezone.now()
+    last = rollup.epoch_minute(now)
+    first = last - minutes + 1
+    width = max(1, math.ceil(minutes / slots))  # minutes per slot
+    count = math.ceil(minutes / width)
+    slot = ExpressionWrapper((F("minute") - first) / width, output_field=IntegerField())
+    rows = (
+        LatencyCell.objects.filter(minute__gte=first).annotate(slot=slot)
+        .values("backend", "verb", "slot", "bucket")
+        .annotate(n=Sum("calls"), e=Sum("errors"), t=Sum("timeouts")).order_by()
+    )
+    grouped: dict[tuple[str, str], dict] = {}
+    for row in rows:
+        entry = grouped.setdefault((row["backend"], row["verb"]), {"slots": defaultdict(lambda: defaultdict(int)),
+                                                                    "errors": defaultdict(int),
+                                                                    "timeouts": defaultdict(int)})
+        entry["slots"][row["slot"]][row["bucket"]] += row["n"]
+        entry["errors"][row["slot"]] += row["e"]
+        entry["timeouts"][row["slot"]] += row["t"]
+    series = []
+    for (backend, verb), entry in sorted(grouped.items()):
+        points: list[dict] = []
+        heat: list[list[int]] = []
+        overall: dict[int, int] = defaultdict(int)
+        for i in range(count):
+            hist = entry["slots"].get(i, {})
+            n = sum(hist.values())
+            for bucket, c in hist.items():
+                overall[bucket] += c
+                heat.append([i, bucket, c])
+            points.append({
+                "t": rollup.minute_start(first + (i + 1) * width).timestamp(),
+                "rate": round(n / (width * 60), 4),
+                "error_rate": round(entry["errors"][i] / n, 4) if n else None,
+                "timeout_rate": round(entry["timeouts"][i] / n, 4) if n else None,
+                "p50": histogram_percentile(hist, 50), "p90": histogram_percentile(hist, 90),
+                "p99": histogram_percentile(hist, 99),
+            })
+        total = sum(overall.values())
+        series.append({
+            "backend": backend, "verb": verb, "calls": total, "rate": round(total / (minutes * 60), 3),
+            "errors": sum(entry["errors"].values()), "timeouts": sum(entry["timeouts"].values()),
+            "p50": histogram_percentile(overall, 50), "p90": histogram_percentile(overall, 90),
+            "p99": histogram_percentile(overall, 99), "points": points, "heat": heat,
+            "slot_seconds": width * 60,
+        })
+    return series
+
+
+def backend_findings(scan: int = 1000, examples: int = 3) -> dict[str, list[dict]]:
+    """Per backend: each kind of contract finding with its count and a few example calls.
+
+    Besides the recorder's findings, non-200 answers (with their bodies, kept in `error`) and
+    `Error` texts under a 200 count as findings here.
+    """
+    fields = ("id", "verb", "backend", "pod_namespace", "pod_name", "attempt", "started_at", "outcome",
+              "http_status", "error", "findings")
+    # Failed calls come from the (outcome, started_at) index; findings on calls that still
+    # counted as ok only from the newest `scan` calls: both bounded whatever the table's size.
+    failed = list(Call.objects.filter(outcome="error", is_replay=False).order_by("-started_at", "-id").only(*fields)[:scan])
+    recent = Call.objects.filter(is_replay=False).order_by("-started_at", "-id").values_list("id", flat=True)[:scan * 4]
+    noted = list(Call.objects.filter(id__in=recent).exclude(outcome="error").exclude(findings=[]).only(*fields))
+    calls = sorted(failed + noted, key=lambda c: (c.started_at, c.id), reverse=True)
+    found: dict[str, OrderedDict[str, dict]] = defaultdict(OrderedDict)
+    for call in calls:
+        kinds = [(f.get("kind", "?"), f.get("detail", "")) for f in call.findings or []]
+        if call.http_status not in (None, 200):
+            # The body of a non-200 answer is kept in `error`: show it with the finding.
+            kinds = [(k, f"{d}: {call.error}" if k == "non-200" else d) for k, d in kinds]
+            if not any(k == "non-200" for k, _ in kinds):
+                kinds.append(("non-200", call.error))
+        elif call.http_status == 200 and call.outcome == "error" and not kinds:
+            kinds.append(("error-under-200", call.error))
+        for kind, detail in kinds:
+            entry = found[call.backend].setdefault(kind, {"kind": kind, "count": 0, "examples": []})
+            entry["count"] += 1
+            if len(entry["examples"]) < examples:
+                entry["examples"].append({"call": call, "detail": detail})
+    return {backend: list(kinds.values()) for backend, kinds in found.items()}
