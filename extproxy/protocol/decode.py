@@ -101,7 +101,7 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
     return ArgsParts(pod_raw, identity_of(pod_raw, "ExtenderArgs.Pod"), nodes, names)
 
 
-@as_go_reads
+@as_go_reads  # besides read_extender_args: the Pod and Nodes are decoded whole here
 def decode_extender_args(body: bytes) -> ExtenderArgs:
     """Decode an ExtenderArgs body (filter/prioritize request), Node objects built as dicts."""
     parts = read_extender_args(body)

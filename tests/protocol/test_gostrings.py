@@ -18,6 +18,7 @@ from extproxy.protocol.gostrings import go_strings
     (b'"\\ud83d\\ude00"', "\U0001f600"),  # a pair: as it was
     (b'"\\ud83d x\\ude00"', "\ufffd x\ufffd"),  # halves apart: no pair
     (b'"\\\\ud800"', "\\ud800"),  # an escaped backslash, then text: no escape at all
+    (b'"\\\\ud800\\udc00"', "\\ud800\ufffd"),  # ... and a low half after that text: alone
     (b'"a\xffb"', "a\ufffdb"),
     (b'"\xe2\x82|\xf0\x9f\x98"', "\ufffd\ufffd|\ufffd\ufffd\ufffd"),  # cut sequences: one U+FFFD a byte, as Go
     (b'"\xed\xa0\x80"', "\ufffd\ufffd\ufffd"),  # a surrogate encoded in UTF-8 is no UTF-8
@@ -41,3 +42,14 @@ def test_a_well_formed_body_is_left_alone_and_what_stays_wrong_is_a_protocol_err
         decode_binding_result(b'{"Error":"\\ud800')  # still cut short once read as Go does
     with pytest.raises(ProtocolError):
         decode_filter_result(b'{"NodeNames":[5\xff]}')  # a byte outside any string: no JSON either way
+
+
+def test_at_most_max_odd_units_are_read_so_and_a_body_of_more_is_refused():
+    """Each odd unit costs a Python call: a body of nothing else would hold a core for seconds."""
+    from extproxy.protocol.gostrings import MAX_ODD
+
+    assert decode_binding_result(b'{"Error":"' + b"\\ud800" * MAX_ODD + b'"}').error == "\ufffd" * MAX_ODD
+    assert decode_binding_result(b'{"Error":"' + b"\xff" * MAX_ODD + b'"}').error == "\ufffd" * MAX_ODD
+    for odd in (b"\\ud800", b"\xff"):
+        with pytest.raises(ProtocolError):
+            decode_binding_result(b'{"Error":"' + odd * (MAX_ODD + 1) + b'"}')

@@ -10,5 +10,5 @@ def test_it_loads_nothing_from_django_or_io():
 
 
 def test_it_imports_only_msgspec_and_plain_standard_modules():
-    allowed = {"__future__", "dataclasses", "enum", "functools", "typing", "re", "msgspec", "extproxy"}
+    allowed = {"__future__", "codecs", "dataclasses", "enum", "functools", "typing", "re", "msgspec", "extproxy"}
     assert written_imports("extproxy.protocol") <= allowed
