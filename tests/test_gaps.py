@@ -135,6 +135,18 @@ def test_drops_alike_in_every_value_are_each_a_row_and_a_batch_read_again_adds_n
     assert all(len(key) == 32 for key in RecordingGap.objects.values_list("key", flat=True))
 
 
+def test_a_bug_writing_down_drops_keeps_the_counts_for_the_next_round(tmp_path, monkeypatch):
+    writer = SpoolWriter(SpoolSettings(root=tmp_path / "spool"))
+    drops = dropcount.DropCounter()
+    drops.add("queue-full", 3)
+    real = dropcount.encode_gap
+    monkeypatch.setattr(dropcount, "encode_gap", lambda taken: 1 / 0)
+    assert drops.write_gap(writer, now_please=True) is False and drops.pending == 3
+    monkeypatch.setattr(dropcount, "encode_gap", real)
+    assert drops.write_gap(writer, now_please=True) is True and drops.pending == 0
+    writer.close()
+
+
 def test_a_write_cut_short_counts_only_the_calls_that_did_not_reach_the_spool(transactional_db, tmp_path, monkeypatch):
     """The disk fills in the middle of a gathered write: the first call's frame is whole in the
     file (the recorder stores it), the other two are spool-error drops; none is both."""
@@ -178,7 +190,8 @@ def test_drops_at_a_full_spool_are_written_down_until_shutdown(transactional_db,
     for _ in range(60):
         assert recorder.submit(make_trace())
         assert recorder.flush(20)
-    assert recorder.drops.pending > 0  # the reserve is spent: counts wait in memory
+    drop_rounds = 60 - recorder.spooled  # a spool-full drop each, written down the round after
+    assert recorder.drops.gap_records < drop_rounds - 1  # the reserve was spent: some were refused
     assert recorder.stop()
     assert recorder.drops.pending == 0
     drain(tmp_path)

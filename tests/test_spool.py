@@ -355,3 +355,52 @@ def test_a_torn_tail_after_a_restart_counts_one_record(tmp_path):
     assert [e.payload for e in result.entries] == [b"one", b"two", b"three"]
     assert result.torn == 1
     again.close()
+
+
+def test_a_frame_shaped_payload_past_a_torn_one_is_not_taken_for_a_record_numbered_far_ahead(tmp_path):
+    """A payload may carry bytes shaped like a frame (a Pod annotation): read past a torn frame,
+    one numbered beyond what the skipped bytes could hold is not a record, and is not counted."""
+    from extproxy.recording.spool import frame_head
+
+    forged_payload = b"forged"
+    forged = frame_head(10**15, forged_payload, 1.0) + forged_payload
+    writer = SpoolWriter(settings(tmp_path))
+    writer.append([b"one"])
+    tear(writer, 10)  # killed mid-frame, the frame's bytes below carrying a forged one
+    path = writer.directory / segment_name(segments(writer.directory)[-1])
+    with open(path, "ab") as f:
+        f.write(b"\x00" * 40 + forged)
+    os.close(writer._lock_fd)
+    result = SpoolReader(tmp_path / "spool").read(100, 1 << 20)
+    assert [e.payload for e in result.entries] == [b"one"] and result.torn == 1
+    again = SpoolWriter(settings(tmp_path))  # a restarted writer numbers on from the last real record
+    assert again.seq == 1
+    again.close()
+
+
+def test_a_free_file_that_cannot_be_taken_leaks_no_descriptor(tmp_path, monkeypatch):
+    from extproxy.recording import spool_writer
+
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10))
+    for i in range(3):
+        writer.append([f"r{i}".encode() * 10])  # a segment each
+    reader = SpoolReader(tmp_path / "spool")
+    assert len(reader.read(10, 1 << 20).entries) == 3
+    reader.commit()  # the finished segments become free files for the writer to take
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if str(src).endswith(".free"):
+            raise OSError(5, "Input/output error")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(spool_writer.os, "rename", rename)
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(5):
+        with pytest.raises(OSError):
+            writer.append([b"x" * 20])  # each rotation tries a free file, and fails
+    assert len(os.listdir("/proc/self/fd")) == before
+    monkeypatch.setattr(spool_writer.os, "rename", real_rename)
+    assert writer.append([b"after"]) == [True]
+    writer.close()
+    reader.close()

@@ -82,11 +82,11 @@ class DropCounter:
         if not self._pending or (not now_please and time.monotonic() - self._written < GAP_EVERY):
             return not self._pending
         taken = self._take()
-        record = encode_gap(taken)
-        # Up to the whole bound (the calls' stops short of it: SpoolSettings.gap_reserve), and
-        # at shutdown past it by this one record: the counts would otherwise die with the process.
-        bound = writer.settings.max_bytes + (HEADER.size + len(record) if now_please else 0)
         try:
+            record = encode_gap(taken)
+            # Up to the whole bound (the calls' stops short of it: SpoolSettings.gap_reserve), and
+            # at shutdown past it by this one record: the counts would otherwise die with the process.
+            bound = writer.settings.max_bytes + (HEADER.size + len(record) if now_please else 0)
             accepted = writer.append([record], bound)[0]
         except Exception as exc:  # the disk refuses (or a bug): the counts are kept and retried next time
             log.error("recorder: writing down %d drops failed: %s: %s", sum(d.calls for d in taken),

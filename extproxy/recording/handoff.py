@@ -197,18 +197,34 @@ class SpoolRecorder:
                     self._queue.clear()
                     self._in_flight = len(batch)
                     closing = self._closed
-                # Before the calls, so that a spool with room for little keeps the count.
-                self.drops.write_gap(self.writer, now_please=closing)
-                if batch:
-                    self._spool(batch)
-                else:
-                    self._sync_quietly()
+                try:
+                    # Before the calls, so that a spool with room for little keeps the count.
+                    self.drops.write_gap(self.writer, now_please=closing)
+                    if batch:
+                        self._spool(batch)
+                    else:
+                        self._sync_quietly()
+                except Exception:  # a bug: logged; the thread, and recording, go on
+                    log.exception("recorder: a round of the spool-writer failed")
                 if closing and not batch:
                     return
         finally:
             self.writer.close()
 
     def _spool(self, batch: list[Trace]) -> None:
+        assert self.writer is not None
+        accepted: list[bool] = []
+        try:
+            accepted = self._append(batch)
+        finally:  # whatever happened, flush() must not wait for this batch any longer
+            with self._idle:
+                self.spooled += accepted.count(True)
+                self._bytes -= sum(t.size() for t in batch)
+                self._in_flight = 0
+                self._idle.notify_all()
+
+    def _append(self, batch: list[Trace]) -> list[bool]:
+        """The batch's records appended to the spool; the ones that were not, counted by reason."""
         assert self.writer is not None
         payloads: list[bytes] = []
         try:
@@ -239,18 +255,14 @@ class SpoolRecorder:
         self.spool_full = refused > 0
         if refused:
             self.drops.add("spool-full", refused)
-        with self._idle:
-            self.spooled += accepted.count(True)
-            self._bytes -= sum(t.size() for t in batch)
-            self._in_flight = 0
-            self._idle.notify_all()
+        return accepted
 
     def _sync_quietly(self) -> None:
         assert self.writer is not None
         try:
             self.writer.maybe_sync()
-        except OSError as exc:
-            log.error("recorder: spool fsync failed: %s", exc)
+        except Exception as exc:
+            log.error("recorder: spool fsync failed: %s: %s", type(exc).__name__, exc)
 
     # status --------------------------------------------------------------------------
     @property

@@ -275,7 +275,9 @@ RESYNC_CHUNK = 1 << 20  # read at a time while looking past a corrupt frame
 def next_intact_frame(f, start: int, end: int, after: int, below: int | None) -> Frame | None:
     """The first intact frame between `start` and `end` whose sequence number is above `after`
     (and below `below`, the next segment's first): where reading goes on past a corrupt frame.
-    A recycled file's old frames carry lower numbers, so none of them is taken."""
+    A recycled file's old frames carry lower numbers, so none of them is taken; nor is a frame
+    numbered beyond what the bytes skipped could hold (a header each at least): a record's
+    payload may carry bytes shaped like a frame (a Pod's annotation), not a number past them."""
     chunk = start
     while chunk < end:
         f.seek(chunk)
@@ -285,7 +287,8 @@ def next_intact_frame(f, start: int, end: int, after: int, below: int | None) ->
             head = data[i : i + HEADER.size]
             if len(head) == HEADER.size:
                 seq = HEADER.unpack(head)[3]
-                if seq > after and (below is None or seq < below):
+                room = (chunk + i - start + 1) // HEADER.size  # records the skipped bytes could hold
+                if after < seq <= after + 1 + room and (below is None or seq < below):
                     found = read_frame(f, chunk + i, seq)
                     if isinstance(found, Frame):
                         return found

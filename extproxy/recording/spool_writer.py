@@ -274,6 +274,9 @@ class SpoolWriter:
             except FileNotFoundError:  # deleted at the bound meanwhile
                 os.close(fd)
                 continue
+            except BaseException:  # EIO, ENOSPC: the write fails; the descriptor must not leak each time
+                os.close(fd)
+                raise
             size = os.fstat(fd).st_size
             self._free = max(0, self._free - size)
             return _Segment(path, fd, first_seq, recycled=True, size=size)
