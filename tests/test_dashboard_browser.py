@@ -101,3 +101,23 @@ def test_it_renders_the_story_pending_and_backends_pages(scene, viewer_login, br
     assert {(s["backend"], s["verb"]) for s in data["series"]} >= {("gpu", "filter"), ("flaky", "filter")}
     shoot(page, "backends-glance")
     assert page.dialogs == []  # type: ignore[attr-defined]
+
+
+ODD_PODS = [("ml-team", "a/../b"), ("ml-team", "."), ("..", "p"), ("-", "dash"), ("ml-team", "50% ?#")]
+
+
+def test_the_live_feeds_pod_links_open_each_pod_however_it_is_named(scene, viewer_login, browser_page):
+    """live.js builds pod links itself (as dashboard/urls.py does): followed by the browser,
+    which resolves dot segments, each opens that pod's page, not another's."""
+    page = browser_page
+    log_in(page, scene.url, viewer_login)
+    for namespace, name in ODD_PODS:
+        per_backend_attempt(scene, name, namespace=namespace)
+    wait_until(page, f"document.querySelectorAll('#attempts tr.attempt-row').length === {len(ODD_PODS)}", timeout=30)
+    links = page.evaluate("[...document.querySelectorAll('#attempts tr.attempt-row a')]"
+                          ".map(a => [a.textContent, a.getAttribute('href')])")
+    assert sorted(text for text, _ in links) == sorted(f"{ns}/{name}" for ns, name in ODD_PODS)
+    for text, href in links:
+        page.goto(scene.url + href)
+        assert page.inner_text("h1 .podname") == text, (text, href, page.url)
+        assert "No calls recorded for this pod." not in page.inner_text("main"), (text, href)
