@@ -9,11 +9,10 @@ never an exception. Must not decode a whole range of calls: callers pass the few
 from __future__ import annotations
 
 import json
-import re
 import zlib
 from typing import Any
 
-from extproxy.protocol.gostrings import go_strings
+from extproxy.protocol.gostrings import SURROGATE_ESCAPE, go_strings
 from extproxy.recording import restore_body
 
 PRUNED_NODE = b'{"$node": "pruned"}'
@@ -43,16 +42,13 @@ class _Pruned(dict):
         return PRUNED_NODE
 
 
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
 def _read(stored: bytes | memoryview | None) -> tuple[dict[str, Any], str]:
     """(the stored body as a JSON object, Node items left as references; why not one, or "")."""
     if not stored:
         return {}, ""
     try:
         raw = restore_body(bytes(stored), lambda refs: _References())
-        if _SURROGATE_ESCAPE.search(raw):  # half a pair would reach a page UTF-8 cannot encode:
+        if SURROGATE_ESCAPE.search(raw):  # half a pair would reach a page UTF-8 cannot encode:
             raw = go_strings(raw) or raw  # U+FFFD, as kube-scheduler read it
         data = json.loads(raw)
     except RecursionError:

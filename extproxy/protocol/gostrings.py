@@ -22,7 +22,7 @@ import msgspec
 from .gojson import ProtocolError
 
 _REPLACEMENT_ESCAPE = b"\\ufffd"
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # A surrogate escape, and the low half that may follow it. Whether its backslash is itself
 # escaped (text "\\\\ud800") is told by the run of backslashes before it (_escaped).
 _SURROGATE = re.compile(rb"\\u([dD][89a-fA-F][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?")
@@ -87,8 +87,8 @@ def go_strings(body: bytes | memoryview) -> bytes | None:
         if len(data) - len(data.decode("utf-8", "ignore").encode()) > MAX_ODD:
             return None
         fixed = data.decode("utf-8", "surrogateescape").encode("utf-8", "extproxy-go-fffd")
-    if _SURROGATE_ESCAPE.search(fixed):
-        if any(n >= MAX_ODD for n, _ in enumerate(_SURROGATE_ESCAPE.finditer(fixed))):  # n from 0
+    if SURROGATE_ESCAPE.search(fixed):
+        if any(n >= MAX_ODD for n, _ in enumerate(SURROGATE_ESCAPE.finditer(fixed))):  # n from 0
             return None
         fixed = _SURROGATE.sub(_pair_or_replacement, fixed)
     return None if fixed == data else fixed
