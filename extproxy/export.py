@@ -11,10 +11,10 @@ where body(i) is the record's bytes as written, without its hash: in JSON Lines 
 without its last key `"hash"`; in CSV the row without its last column `hash`. So the hash is
 checked on the exact bytes in the file, never on a re-encoding. The manifest (filters, counts,
 first and last hash, time range, who and when, the recorder's gaps in the range, the file's
-SHA-256) is signed with HMAC-SHA256 under the export key (settings.EXTPROXY_EXPORT_KEY, or a key
-generated once into the data directory).
+SHA-256) is signed with the server's Ed25519 key (exportsigning.py), so that an auditor checks
+it with the public key alone.
 
-`verify` checks a file against a manifest and names the first bad line and what is wrong.
+`exportproof.verify` checks a file against a manifest and names the first bad line and what is wrong.
 This module reads records and writes only Export rows (the manifests); it never alters calls.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from . import exportproof as proof
+from . import exportsigning as signing
 
 CHUNK_BYTES = 64 * 1024  # bytes handed to the server at a time
 CALLS_PER_READ = 1000  # calls read (and bind nodes looked up) per database round trip
@@ -261,7 +262,7 @@ class ExportRun:
             "gaps": gaps,
             "complete": not gaps,
         }
-        return proof.sign(manifest)
+        return signing.sign(manifest)
 
 
 def stream(run: ExportRun, records: Iterable[list[Any]]) -> Generator[bytes, None, None]:

@@ -1,5 +1,8 @@
-"""The proof around an export: the hash chain, the manifest's HMAC signature and its key, and
-verification of a file against a manifest.
+"""The proof around an export: the hash chain, the manifest's signature, and verification of a
+file against a manifest. One file on its own: an auditor runs it with Python and the
+`cryptography` package, with no Django, no database and no secret:
+
+    python3 exportproof.py FILE MANIFEST --public-key KEY
 
 The chain (per record i, over the exact bytes in the file):
 
@@ -9,28 +12,36 @@ The chain (per record i, over the exact bytes in the file):
 body(i) is the record as written without its hash: in JSON Lines the object without its last
 key (`,"hash":"<64 hex>"}` becomes `}`), in CSV the row without its last column. Starting from
 the export id ties a file to its own manifest: another export's manifest cannot match it.
-The manifest is signed with HMAC-SHA256 over its canonical JSON (sorted keys, no signature).
 
-Key: settings.EXTPROXY_EXPORT_KEY (several replicas must share it), else a random key created
-once in the data directory (mode 0600). This module reads files and the key; it never touches
-the database.
+The signature is over the manifest's canonical JSON (sorted keys, no `signature`). Version 2
+manifests are signed with Ed25519 (`signed_with` names the key by its id): anyone holding the
+server's public key can check one, and nobody without its private key can make one, so an
+auditor verifies without a secret and cannot forge either. Version 1 manifests were signed with
+HMAC-SHA256 under a server secret: they are checked only where that secret is (the server that
+made them; exportsigning.py holds the server's side of both).
 """
 from __future__ import annotations
 
+import argparse
+import base64
+import binascii
 import hashlib
 import hmac
 import json
-import os
-import secrets
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 FORMATS = ("ndjson", "csv")
 HASH_LEN = 64
 NDJSON_TAIL = len(b',"hash":"') + HASH_LEN + len(b'"}')
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+SIGNATURE_ALG = "ed25519"
 
 
 def chain_start(export_id: str, fmt: str, columns: list[str]) -> str:
@@ -70,42 +81,71 @@ def split_line(fmt: str, line: bytes) -> tuple[bytes, str]:
 # --- the manifest's signature --------------------------------------------------------------
 
 
-def signing_key() -> bytes:
-    from django.conf import settings
-
-    configured = getattr(settings, "EXTPROXY_EXPORT_KEY", "")
-    if configured:
-        return configured.encode()
-    path = Path(settings.DATA_DIR) / "export-hmac.key"
-    try:
-        return path.read_bytes().strip()
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_hex(32).encode()
-    try:  # O_EXCL: when two processes race, one key wins and both use it
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes().strip()
-    with os.fdopen(fd, "wb") as out:
-        out.write(key)
-    return key
-
-
 def canonical(manifest: dict[str, Any]) -> bytes:
     unsigned = {k: v for k, v in manifest.items() if k != "signature"}
     return json.dumps(unsigned, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def sign(manifest: dict[str, Any], key: bytes | None = None) -> dict[str, Any]:
-    signed = dict(manifest)
-    signed["signature"] = hmac.new(key or signing_key(), canonical(manifest), hashlib.sha256).hexdigest()
-    return signed
+def key_id(public_raw: bytes) -> str:
+    """A public key's name in manifests: the first 16 hex digits of the SHA-256 of its 32 bytes."""
+    return hashlib.sha256(public_raw).hexdigest()[:16]
 
 
-def signature_ok(manifest: dict[str, Any], key: bytes | None = None) -> bool:
-    expected = hmac.new(key or signing_key(), canonical(manifest), hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, str(manifest.get("signature", "")))
+def read_public_key(text: bytes) -> bytes:
+    """A public key as the server publishes it (PEM, or its 32 bytes in base64): its raw bytes.
+    ValueError when it is neither, or not an Ed25519 key."""
+    text = text.strip()
+    if b"-----BEGIN" in text:  # lines before it (`manage.py export_signing_key` names the key) are not the key
+        text = text[text.index(b"-----BEGIN"):]
+        try:
+            key = serialization.load_pem_public_key(text)
+        except ValueError as exc:
+            raise ValueError(f"not a PEM public key ({exc})") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise ValueError(f"an Ed25519 public key is needed, this is a {type(key).__name__}")
+        return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise ValueError("neither PEM nor base64") from None
+    if len(raw) != 32:
+        raise ValueError(f"an Ed25519 public key is 32 bytes, this is {len(raw)}")
+    return raw
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What a manifest's signature is checked against."""
+
+    public_keys: tuple[bytes, ...] = ()  # Ed25519, raw: version 2 manifests
+    hmac_key: bytes | None = None  # the server's secret: version 1 manifests only
+
+
+def signature_problem(manifest: dict[str, Any], trust: Trust) -> str | None:
+    """Why the manifest's signature does not hold under `trust`; None when it does."""
+    if manifest.get("manifest_version") == 1:
+        if not trust.hmac_key:
+            return ("a version 1 manifest is signed with the server's secret (HMAC): it can be checked "
+                    "only where that secret is (manage.py verify_export on the server that made it)")
+        expected = hmac.new(trust.hmac_key, canonical(manifest), hashlib.sha256).hexdigest()
+        if hmac.compare_digest(expected, str(manifest.get("signature", ""))):
+            return None
+        return "the manifest's signature does not match: it was altered or forged (or signed with another key)"
+    signed = manifest.get("signed_with")
+    if not isinstance(signed, dict) or signed.get("alg") != SIGNATURE_ALG:
+        return f"the manifest is not signed with {SIGNATURE_ALG} (no or another `signed_with`)"
+    trusted = {key_id(raw): raw for raw in trust.public_keys}
+    claimed = str(signed.get("key_id"))
+    if claimed not in trusted:
+        known = ", ".join(sorted(trusted)) or "none given"
+        return (f"the manifest is signed with key {claimed!r}, which is not a trusted key ({known}): "
+                f"forged, or signed by a server whose public key you do not hold")
+    try:
+        signature = base64.b64decode(str(manifest.get("signature", "")), validate=True)
+        Ed25519PublicKey.from_public_bytes(trusted[claimed]).verify(signature, canonical(manifest))
+    except (binascii.Error, InvalidSignature):
+        return "the manifest's signature does not match: it was altered or forged"
+    return None
 
 
 # --- verification --------------------------------------------------------------------------
@@ -153,11 +193,11 @@ def _seq_of(fmt: str, body: bytes) -> int | None:
         return None
 
 
-def verify(stream: BinaryIO, manifest: dict[str, Any], key: bytes | None = None) -> Verdict:
+def verify(stream: BinaryIO, manifest: dict[str, Any], trust: Trust) -> Verdict:
     """Check an export file against its manifest; the first problem found is the answer."""
-    if not signature_ok(manifest, key):
-        return Verdict(False, "the manifest's signature does not match: it was altered or forged "
-                              "(or signed with another key)")
+    problem = signature_problem(manifest, trust)
+    if problem is not None:
+        return Verdict(False, problem)
     fmt, columns = manifest.get("format"), manifest.get("columns") or []
     if fmt not in FORMATS:
         return Verdict(False, f"the manifest names an unknown format {fmt!r}")
@@ -221,3 +261,37 @@ class _Hashing:
         for line in self.stream:
             self.digest.update(line)
             yield line
+
+
+# --- the auditor's command -------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 0 when complete and unaltered; 1 when not; 2 when it could not be checked."""
+    parser = argparse.ArgumentParser(description="Check an extproxy export file against its signed manifest.")
+    parser.add_argument("file")
+    parser.add_argument("manifest")
+    parser.add_argument("--public-key", action="append", required=True, metavar="KEY",
+                        help="a file holding the server's public key (GET /api/export/signing-key/); "
+                             "may be given more than once (replicas, earlier keys)")
+    args = parser.parse_args(argv)
+    try:
+        keys = []
+        for path in args.public_key:
+            with open(path, "rb") as handle:
+                keys.append(read_public_key(handle.read()))
+        with open(args.manifest, "rb") as handle:
+            manifest = json.load(handle)
+        if not isinstance(manifest, dict):
+            raise ValueError(f"{args.manifest}: not a manifest (expected a JSON object)")
+        with open(args.file, "rb") as handle:
+            verdict = verify(handle, manifest, Trust(public_keys=tuple(keys)))
+    except (OSError, ValueError) as exc:
+        print(f"cannot check: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.file}: {verdict.message}")
+    return 0 if verdict.ok and verdict.complete else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

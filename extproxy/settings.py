@@ -284,8 +284,14 @@ LOGGING = {
 }
 
 # --- exports (issue 12) ---
-# HMAC key signing export manifests. Unset: a random key generated once into DATA_DIR
-# (export-hmac.key). Several replicas must share one key: set it (from a Secret).
+# The Ed25519 private key (PEM) signing export manifests. Unset: one generated once into DATA_DIR
+# (export-signing.pem). Several replicas must share one key: set it (from a Secret).
+EXTPROXY_EXPORT_SIGNING_KEY = os.environ.get("EXTPROXY_EXPORT_SIGNING_KEY", "")
+# Public keys (base64, comma- or space-separated) this server also trusts when it verifies a file:
+# another replica's, or the key before a rotation.
+EXTPROXY_EXPORT_TRUSTED_KEYS = os.environ.get("EXTPROXY_EXPORT_TRUSTED_KEYS", "")
+# The HMAC secret of version 1 manifests (before Ed25519), used only to verify them; unset: the
+# data directory's export-hmac.key, where one was made.
 EXTPROXY_EXPORT_KEY = os.environ.get("EXTPROXY_EXPORT_KEY", "")
 # The node index behind the API's `node` filter (models.NodeSet), written with every call: one
 # integer per call, one row per pair per distinct set (figures in the README). Off, the `node`

@@ -18,7 +18,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from extproxy.export import CALL_COLUMNS
-from extproxy.exportproof import verify
+from extproxy.exportsigning import verify_here as verify
 from extproxy.gaps import note_gap
 from extproxy.models import AuditEvent, Call, Export
 from tests.test_api_strict import traffic

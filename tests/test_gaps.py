@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from extproxy.config import RecordingConfig
-from extproxy.exportproof import verify
+from extproxy.exportsigning import verify_here as verify
 from extproxy.models import Call, RecordingGap
 from extproxy.recording import SpoolRecorder, dropcount
 from extproxy.recording.spool import HEADER, SpoolSettings

@@ -40,6 +40,7 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "api/audit/<pk>/": ("/api/audit/{audit}/", AUDITORS),
     "api/export/": ("/api/export/?format=csv", AUDITORS),
     "api/export/<str:export_id>/manifest/": ("/api/export/{export}/manifest/", AUDITORS),
+    "api/export/signing-key/": ("/api/export/signing-key/", AUDITORS),
     "api/audit/export/": ("/api/audit/export/", AUDITORS),
     "api/gaps/": ("/api/gaps/", EVERYONE),
     "": ("/", EVERYONE),

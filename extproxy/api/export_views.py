@@ -21,7 +21,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import export
+from .. import export, exportsigning
 from ..audit import Action, audit, source_of
 from ..models import AuditEvent, Call, Export
 from ..roles import Perm
@@ -63,6 +63,10 @@ class _ExportView(generics.GenericAPIView):
 
     def get(self, request, *args, **kwargs):
         fmt = chosen_format(request)
+        try:  # before the first byte: a manifest that cannot be signed would leave a file without proof
+            exportsigning.private_key()
+        except exportsigning.SigningKeyError as exc:
+            return Response({"detail": f"exports are refused until the signing key is mended: {exc}"}, status=503)
         queryset = self.filter_queryset(self.get_queryset())
         filterset = self.filterset_class(request.query_params, queryset=queryset)
         filterset.is_valid()

@@ -5,6 +5,7 @@ from rest_framework.routers import DefaultRouter
 
 from . import bodies, replays
 from .auth import token_login
+from .export_key import SigningKeyView
 from .export_views import AuditExportView, CallExportView, ManifestView
 from .gaps import GapList
 from .views import AuditEventViewSet, CallViewSet
@@ -30,6 +31,7 @@ urlpatterns = [
     path("shadows/", replays.shadows, name="shadows"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("export/", CallExportView.as_view(), name="export"),
+    path("export/signing-key/", SigningKeyView.as_view(), name="export-signing-key"),
     path("export/<str:export_id>/manifest/", ManifestView.as_view(), name="export-manifest"),
     path("audit/export/", AuditExportView.as_view(), name="audit-export"),
     path("gaps/", GapList.as_view(), name="gaps"),
