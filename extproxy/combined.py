@@ -88,7 +88,10 @@ class Combined:
         if isinstance(request, str):  # the request could not be built: a failed call
             t = now()
             return Exchange(t, t, None, error=request)
-        return await self.backends[config.name].exchange(verb, config.verb_string(verb), request)
+        # The backend's whole httpTimeout, as the scheduler would give it: the entry's own covers
+        # the chain's sum plus 1 s, so the margin the per-backend form keeps is not needed here.
+        return await self.backends[config.name].exchange(verb, config.verb_string(verb), request,
+                                                         timeout=config.http_timeout)
 
     @staticmethod
     def child(config: BackendConfig, verb: Verb, request: bytes | str, exchange: Exchange, verdict=None) -> Trace:
@@ -154,7 +157,9 @@ class Combined:
         children = [
             self.child(c, Verb.PRIORITIZE, r, e, v) for (c, v), r, e in zip(results, requests, exchanges)
         ]
-        answer = protocol.encode_host_priority_list(semantics.prioritize_answer(feasible, totals))
+        every_host = any(not c.verb_string(Verb.PRIORITIZE) and c.interested_in(args.pod) for c in self.configs)
+        listed = semantics.listed_hosts(results, every_host)
+        answer = protocol.encode_host_priority_list(semantics.prioritize_answer(feasible, totals, listed))
         return Reply(200, answer), children
 
     async def bind(self, body: bytes) -> Handled:
@@ -174,7 +179,8 @@ class Combined:
             if what == "bound":
                 return self._bound(""), children
             if what == "error":
-                return self._bound(semantics.reply_error_text(verdict, exchange.error)), children
+                url = binder.url_for(binder.bind_verb)
+                return self._bound(semantics.reply_error_text(verdict, exchange.error, url)), children
         # No interested binder, or an ignorable one failed: what the scheduler's DefaultBinder does,
         # with extproxy's own credentials, so only for a pod it saw and a node that passed.
         refusal = self.bindable.refusal(args.pod_uid, args.pod_namespace, args.pod_name, args.node)

@@ -61,11 +61,14 @@ class Backend(abc.ABC):
         return self.config.url_for(verb_string)
 
     @abc.abstractmethod
-    async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
+    async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False,
+                       timeout: float | None = None) -> Exchange:
         """Send one call; always return, never raise.
 
         stream: the caller can pass a reply larger than the reply bound on as a stream
         (the per-backend form); otherwise such a reply is a failed call.
+        timeout: the call's whole budget in seconds; None: the backend's own (for HTTP, its
+        httpTimeout less the margin the per-backend form needs to answer in time).
         """
 
     async def exchange_feed(self, verb: Verb, verb_string: str, feed: BodyFeed, *, stream: bool = False) -> Exchange:

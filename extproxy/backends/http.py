@@ -131,10 +131,10 @@ class HTTPBackend(Backend):
                 client = self._clients[loop] = Client(ctx, self._server_hostname or None, limit=POOL_SIZE)
         return client
 
-    def timed_out(self, started: float) -> Exchange:
+    def timed_out(self, started: float, timeout: float | None = None) -> Exchange:
         """The Exchange of a call that got no answer within the timeout (its text is what the
         scheduler gets in Error): one place, for the call run in a task and the begun one."""
-        return Exchange(started, now(), None, error=f"no answer within {self.timeout:g}s", timed_out=True)
+        return Exchange(started, now(), None, error=f"no answer within {timeout or self.timeout:g}s", timed_out=True)
 
     @property
     def connections_in_use(self) -> int:
@@ -167,11 +167,13 @@ class HTTPBackend(Backend):
         return await self.exchange(verb, verb_string, feed, stream=stream)
 
     async def exchange(self, verb: Verb, verb_string: str, body: bytes | BodyFeed, *, stream: bool = False,
-                       sent: Sent | None = None, started: float | None = None, deadline: float | None = None) -> Exchange:
+                       timeout: float | None = None, sent: Sent | None = None, started: float | None = None,
+                       deadline: float | None = None) -> Exchange:
         """One call. `sent`, `started`, `deadline`: the rest of a call that `begin` started."""
         started = now() if started is None else started
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout if deadline is None else deadline
+        budget = self.timeout if timeout is None else timeout
+        deadline = loop.time() + budget if deadline is None else deadline
         if not isinstance(body, BodyFeed) and sent is None:
             # The loop's bookkeeping runs while this request is with the backend. A feed's is
             # run when its last part is written (the listener): at its head, it would compete
@@ -187,7 +189,7 @@ class HTTPBackend(Backend):
         except asyncio.CancelledError:
             if not expiry.expired():
                 raise
-            return self.timed_out(started)
+            return self.timed_out(started, budget)
         except WireError as exc:
             return Exchange(started, now(), None, error=str(exc))
         except (OSError, ssl.SSLError, ValueError) as exc:
@@ -204,10 +206,11 @@ class HTTPBackend(Backend):
             )
         exchange = Exchange(started, now(), reply.status, reply.first, reply.content_type, length=reply.length)
         if reply.rest is not None:
-            exchange.rest = self._rest(reply.rest, exchange, deadline)
+            exchange.rest = self._rest(reply.rest, exchange, deadline, budget)
         return exchange
 
-    async def _rest(self, rest: AsyncGenerator[bytes, None], exchange: Exchange, deadline: float) -> AsyncGenerator[bytes, None]:
+    async def _rest(self, rest: AsyncGenerator[bytes, None], exchange: Exchange, deadline: float,
+                    budget: float) -> AsyncGenerator[bytes, None]:
         """The rest of a streamed reply (after `exchange.body`, its first part), within the call's
         deadline. Completes the exchange: the body kept up to the bound, when it finished, how it
         failed, and reply-truncated when it was over the bound."""
@@ -230,7 +233,7 @@ class HTTPBackend(Backend):
                 yield chunk
             complete = True
         except TimeoutError:
-            exchange.error, exchange.timed_out = f"no complete answer within {self.timeout:g}s", True
+            exchange.error, exchange.timed_out = f"no complete answer within {budget:g}s", True
             raise StreamBroken(exchange.error) from None
         except (WireError, OSError) as exc:
             exchange.error = f"the reply broke off: {exc}"

@@ -31,7 +31,8 @@ class PolicyBackend(Backend):
         self.pods = PodMemory()  # between filter and bind, for the ledger
         self.bindable = BindGuard()  # binding uses extproxy's credentials: only pods and nodes it passed
 
-    async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False) -> Exchange:
+    async def exchange(self, verb: Verb, verb_string: str, body: bytes, *, stream: bool = False,
+                       timeout: float | None = None) -> Exchange:  # runs in this process: no wait to bound
         started = now()
         try:
             if verb == Verb.FILTER:

@@ -64,7 +64,7 @@ from .filter import CombinedFilter, FilterChain, parallel_filter
 from .interest import interested, scheduler_order
 from .judge import SCORE_FACTOR, Verdict, judge_bind, judge_filter, judge_preempt, judge_prioritize
 from .preempt import CombinedPreempt, PreemptChain
-from .prioritize import combine_prioritize, prioritize_answer
+from .prioritize import combine_prioritize, listed_hosts, prioritize_answer
 
 __all__ = [
     "Decision",
@@ -84,6 +84,7 @@ __all__ = [
     "FilterChain",
     "parallel_filter",
     "combine_prioritize",
+    "listed_hosts",
     "prioritize_answer",
     "CombinedPreempt",
     "PreemptChain",

@@ -59,9 +59,10 @@ def combined_entry(
     | weight           | 1: the proxy answers Σ Score×weight, the scheduler adds ×1×10     |
     | managedResources | union (with each ignoredByScheduler) when EVERY backend has some; |
     |                  | none otherwise (some backend sees every pod, so the proxy must)   |
-    | nodeCacheCapable | true only if every backend is true: with false the proxy gets the |
-    |                  | full Nodes (and victim Pods) and can send names to mode-true      |
-    |                  | backends; with true it could not give mode-false backends objects |
+    | nodeCacheCapable | true only if every backend that filters, prioritizes or preempts  |
+    |                  | is (a bind sends no nodes): with false the proxy gets the full    |
+    |                  | Nodes (and victim Pods) and can send names to mode-true backends; |
+    |                  | with true it could not give mode-false backends objects           |
     | ignorable        | true only if every backend is: the proxy applies the ignorable    |
     |                  | rule per backend, so a mix is representable with false            |
     | httpTimeout      | combined_timeout(): sum of the filter (and preempt) chain's       |
@@ -116,7 +117,7 @@ def combined_entry(
     if binders:
         entry["bindVerb"] = Verb.BIND.value
     entry["httpTimeout"] = _go_duration(combined_timeout(backends, parallel_filter))
-    entry["nodeCacheCapable"] = all(b.node_cache_capable for b in backends)
+    entry["nodeCacheCapable"] = all(b.node_cache_capable for b in _sent_nodes(backends))
     if not everyone:
         union: list[ManagedResource] = [r for b in backends for r in b.managed_resources]
         entry["managedResources"] = [
@@ -124,6 +125,13 @@ def combined_entry(
         ]
     entry["ignorable"] = all_ignorable
     return entry
+
+
+def _sent_nodes(backends: Sequence[BackendConfig]) -> list[BackendConfig]:
+    """The backends whose calls carry nodes, whose nodeCacheCapable the entry's must serve: a
+    bind-only backend's (false by default) says nothing, and counting it made the entry send
+    and answer full Node objects for nothing."""
+    return [b for b in backends if b.filter_verb or b.prioritize_verb or b.preempt_verb]
 
 
 def combined_caveats(backends: Sequence[BackendConfig]) -> list[str]:
@@ -141,10 +149,13 @@ def combined_caveats(backends: Sequence[BackendConfig]) -> list[str]:
                     "binds through the API itself (what DefaultBinder does) instead of the "
                     "scheduler running its Bind plugins"
                 )
-    if any(not b.node_cache_capable for b in backends) and any(b.node_cache_capable for b in backends):
+    sent_nodes = _sent_nodes(backends)
+    if any(not b.node_cache_capable for b in sent_nodes) and any(b.node_cache_capable for b in sent_nodes):
         notes.append(
             "mixed nodeCacheCapable: the combined entry uses false, so the scheduler sends full "
-            "Node objects (and victim Pods) to the proxy for every call"
+            "Node objects (and victim Pods) to the proxy for every call, and takes the filter's "
+            "answer as Node objects where a names-only filter backend's names would have kept its "
+            "own (newer schedulers then score the returned objects as nodes without pods)"
         )
     if any(b.ignorable for b in backends) and not all_ignorable:
         notes.append(

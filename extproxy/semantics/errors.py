@@ -13,13 +13,27 @@ def go_format_safe(text: str) -> str:
     return text.replace("%", "%%")
 
 
-def reply_error_text(verdict: Verdict | None, transport_error: str = "") -> str:
+def reply_error_text(verdict: Verdict | None, transport_error: str = "", url: str = "") -> str:
     """The Error text the proxy answers so that the scheduler ends with this backend's error.
 
     An Error field from the backend goes verbatim (the scheduler formats it with fmt.Errorf in
     both setups); any other failure text has ``%`` doubled so fmt.Errorf prints it unchanged.
+    A call that got no reply (``verdict`` None) is named by its URL as Go's client names it
+    (`Post "<url>": <why>`): the operator reading the FailedScheduling event must learn which
+    backend failed, as they would calling it directly; `why` is this proxy's own words.
     """
     if verdict is not None and any(f["kind"] == "error-under-200" for f in verdict.findings):
         return verdict.error
-    text = verdict.error if verdict is not None else (transport_error or "no answer")
-    return go_format_safe(text)
+    if verdict is not None:
+        return go_format_safe(verdict.error)
+    text = transport_error or "no answer"
+    return go_format_safe(f'Post "{_password_starred(url)}": {text}' if url else text)
+
+
+def _password_starred(url: str) -> str:
+    """The URL as Go's client prints it in an error: a password in it as "***"."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.partition("@")
+    if not sep or not at or "/" in userinfo or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"

@@ -139,7 +139,7 @@ class FilterChain(Chain):
         reading = _reading(verdict, transport_error)
         if reading.error:
             self._fail(backend, reading.error)
-            self.reply_error = reply_error_text(verdict, transport_error)
+            self.reply_error = reply_error_text(verdict, transport_error, backend.url_for(backend.filter_verb))
             return
         self._statuses.write(reading.failed, reading.unresolvable)
         self._items = _objects_after(self._remaining, self._items, reading)
@@ -194,7 +194,8 @@ def parallel_filter(
         full = _reading(verdict, transport_error)
         if full.error:
             if not backend.ignorable:
-                error, reply, error_backend = full.error, reply_error_text(verdict, transport_error), backend.name
+                reply = reply_error_text(verdict, transport_error, backend.url_for(backend.filter_verb))
+                error, error_backend = full.error, backend.name
             continue
         now = set(remaining)
 

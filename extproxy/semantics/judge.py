@@ -220,6 +220,11 @@ def judge_filter(
     )
 
 
+# The reason of a host a prioritizer did not list: the scheduler holds no score from it for that
+# host (prioritize.listed_hosts: it then keeps the host's tie-breaker at 0).
+NO_SCORE = "no score returned"
+
+
 def judge_prioritize(backend: BackendConfig, input_names: list[str], status: int, body: bytes) -> Verdict:
     """Read a prioritize reply as kube-scheduler does (§4.4, §5 item 2).
 
@@ -258,7 +263,7 @@ def judge_prioritize(backend: BackendConfig, input_names: list[str], status: int
         got = scores.get(name)
         s = got if got is not None else 0
         out[name] = s
-        reason = None if got is not None else "no score returned"
+        reason = None if got is not None else NO_SCORE
         decisions.append(Decision(name, backend.name, Result.SCORED, reason, s, s * backend.weight * SCORE_FACTOR))
     return Verdict(outcome=Outcome.OK, error="", decisions=decisions, findings=findings, scores=out)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 from extproxy.protocol import HostPriority
 
 from .decision import Outcome
-from .judge import Verdict
+from .judge import NO_SCORE, Verdict
 
 if TYPE_CHECKING:  # annotations only: semantics needs no config loading at run time
     from extproxy.config import BackendConfig
@@ -26,7 +26,8 @@ def combine_prioritize(
     or not) gives no scores. Hosts outside ``feasible`` are ignored, a host a backend listed
     twice counts twice (the judge sums them), nothing is clamped, and every feasible host is
     present (0 without scores). ``results``: the interested prioritizers, verdicts judged
-    against ``feasible``.
+    against ``feasible``. Each total wraps as Go's int64 does: the scheduler's sum wraps, and
+    a total past int64 would fail the scheduler's decoding of the whole answer.
     """
     totals = {name: 0 for name in feasible}
     for backend, verdict in results:
@@ -35,16 +36,41 @@ def combine_prioritize(
         for host, score in (verdict.scores or {}).items():
             if host in totals:
                 totals[host] += score * backend.weight
-    return totals
+    return {host: _as_int64(total) for host, total in totals.items()}
 
 
-def prioritize_answer(feasible: list[str], totals: dict[str, int]) -> list[HostPriority]:
-    """The combined HostPriorityList: one entry per host (a repeat would count twice)."""
+def _as_int64(value: int) -> int:
+    """`value` wrapped to int64 as Go's arithmetic wraps it (congruent mod 2^64, so the
+    scheduler's ×10 of it is the ×10 it would have computed)."""
+    return (value + 2**63) % 2**64 - 2**63
+
+
+def listed_hosts(results: Sequence[tuple[BackendConfig, Verdict | None]], every_host: bool) -> set[str] | None:
+    """The hosts the scheduler would hold a score from some extender for; None for all of them.
+
+    It matters beyond the sum: the scheduler gives a host some extender listed a random
+    tie-breaker (prioritizeNodes: `Randomizer = rand.Int()`), and one no extender listed keeps
+    0, losing every tie. So the answer lists only the hosts a backend that answered listed; or
+    every host when an interested backend has no prioritizeVerb (`every_host`: the scheduler's
+    client then lists every node with Score 0 itself, without calling it).
+    """
+    if every_host:
+        return None
+    listed: set[str] = set()
+    for _, verdict in results:
+        if verdict is not None and verdict.outcome == Outcome.OK:
+            listed.update(d.node for d in verdict.decisions if d.reason != NO_SCORE)
+    return listed
+
+
+def prioritize_answer(feasible: list[str], totals: dict[str, int],
+                      listed: set[str] | None = None) -> list[HostPriority]:
+    """The combined HostPriorityList: one entry per host listed (a repeat would count twice),
+    in the order of ``feasible``."""
     seen: set[str] = set()
     out: list[HostPriority] = []
     for name in feasible:
-        if name not in seen:
+        if name not in seen and (listed is None or name in listed):
             seen.add(name)
             out.append(HostPriority(name, totals.get(name, 0)))
     return out
-

@@ -374,4 +374,5 @@ def test_the_combined_entry_is_interested_exactly_when_some_backend_is(bs, pod_l
         entry_interested = not managed or bool(managed & set(p))
         assert entry_interested == any(c.interested_in(make_pod(p)) for c in configs)
     assert entry["ignorable"] == all(c.ignorable for c in configs)
-    assert entry["nodeCacheCapable"] == all(c.node_cache_capable for c in configs)
+    carry_nodes = [c for c in configs if c.filter_verb or c.prioritize_verb or c.preempt_verb]  # bind sends none
+    assert entry["nodeCacheCapable"] == all(c.node_cache_capable for c in carry_nodes)

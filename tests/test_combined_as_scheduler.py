@@ -1,0 +1,121 @@
+"""The combined form decides what kube-scheduler would decide calling the backends itself, in the
+places where that rests on more than the sum: each backend's whole httpTimeout, which hosts the
+prioritize answer lists (the scheduler's tie-breaker), int64 totals, the entry's
+nodeCacheCapable beside a bind-only backend, and an error that names the backend that failed.
+Real backends on loopback behind the real /extender/<verb> endpoints; captured 1.24 bodies."""
+from __future__ import annotations
+
+import json
+import socket
+
+import requests
+
+from extproxy.config import BackendConfig
+from extproxy.semantics import combined_entry
+from tests.conftest import fixture_bytes, fixture_json, pass_all, slow
+from tests.test_combined import backend, post
+
+FULL = "captured-kube-scheduler-1.24/filter-request.nodecache-false.json"
+PRIORITIZE = "captured-kube-scheduler-1.24/prioritize-request.nodecache-false.json"
+BIND = "captured-kube-scheduler-1.24/bind-request.nodecache-false.json"
+
+
+def listing(table: dict[str, int]):
+    """A prioritizer that lists only the hosts in `table`, as an extender may."""
+    def behave(handler, body):
+        handler.answer(200, json.dumps([{"Host": h, "Score": s} for h, s in table.items()]).encode())
+
+    return behave
+
+
+def node_names(request: dict) -> list[str]:
+    return [n["metadata"]["name"] for n in request["Nodes"]["items"]]
+
+
+def test_each_backend_has_its_whole_http_timeout(backend_server, proxy, write_config):
+    """The scheduler's client waits the whole httpTimeout; the per-backend form's margin (to
+    answer before the scheduler gives up on the proxy) is not needed inside the combined entry,
+    whose own timeout covers the chain's sum plus 1 s."""
+    late = backend_server({"filter": slow(1.9, pass_all)})
+    server = proxy(write_config({"backends": [backend("late", late, filterVerb="filter", httpTimeout="2s")]}))
+    request = fixture_json(FULL)
+    answer = post(server, "filter", json.dumps(request).encode()).json()
+    assert answer["Error"] == ""
+    assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == node_names(request)
+
+
+def test_a_backend_past_its_timeout_or_unreachable_is_named_in_the_error(backend_server, proxy, write_config):
+    """As Go's client names the extender's URL (`Post "<url>": ...`, a password as ***), so the
+    FailedScheduling event says which backend failed."""
+    too_late = backend_server({"filter": slow(2.6, pass_all)})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    server = proxy(write_config({"backends": [
+        backend("slow", too_late, filterVerb="filter", httpTimeout="2s"),
+        {"name": "gone", "urlPrefix": f"http://ops:hunter2@127.0.0.1:{closed}/gone", "filterVerb": "filter",
+         "bindVerb": "bind", "httpTimeout": "2s"},
+    ]}))
+    answer = post(server, "filter", fixture_bytes(FULL)).json()
+    assert answer["Error"] == f'Post "{too_late.url}/slow/filter": no answer within 2s'
+    bound = post(server, "bind", fixture_bytes(BIND)).json()
+    assert bound["Error"].startswith(f'Post "http://ops:***@127.0.0.1:{closed}/gone/bind": ') and "hunter2" not in bound["Error"]
+
+
+def test_prioritize_lists_only_the_hosts_some_backend_listed(backend_server, proxy, write_config):
+    """kube-scheduler gives a host an extender listed a random tie-breaker and one none listed
+    0, so listing every feasible host (with 0) changed which host wins a tie."""
+    request = fixture_json(PRIORITIZE)
+    names = node_names(request)
+    some = {names[0]: 0, names[1]: 3}
+    a, b = backend_server({"prioritize": listing(some)}), backend_server({"prioritize": lambda h, body: h.answer(500, b"")})
+    server = proxy(write_config({"backends": [
+        backend("a", a, prioritizeVerb="prioritize", weight=2),
+        backend("b", b, prioritizeVerb="prioritize", weight=5, ignorable=True),  # failed: lists nothing
+    ]}))
+    answer = post(server, "prioritize", json.dumps(request).encode()).json()
+    assert answer == [{"Host": names[0], "Score": 0}, {"Host": names[1], "Score": 6}]
+
+
+def test_prioritize_lists_every_host_when_an_interested_backend_has_no_prioritize_verb(
+        backend_server, proxy, write_config):
+    """The scheduler's client answers for such an extender itself: every node, Score 0."""
+    request = fixture_json(PRIORITIZE)
+    names = node_names(request)
+    a, f = backend_server({"prioritize": listing({names[1]: 3})}), backend_server({"filter": pass_all})
+    server = proxy(write_config({"backends": [
+        backend("a", a, prioritizeVerb="prioritize", weight=2), backend("f", f, filterVerb="filter"),
+    ]}))
+    answer = post(server, "prioritize", json.dumps(request).encode()).json()
+    assert answer == [{"Host": n, "Score": 6 if n == names[1] else 0} for n in names]
+
+
+def test_prioritize_totals_wrap_as_go_int64(backend_server, proxy, write_config):
+    """A total past int64 failed the scheduler's decoding of the whole answer, every backend's
+    scores with it; the scheduler's own sum wraps, and so does the answer (congruent mod 2^64)."""
+    request = fixture_json(PRIORITIZE)
+    names = node_names(request)
+    a = backend_server({"prioritize": listing({names[0]: 2**62 + 1})})
+    b = backend_server({"prioritize": listing({names[1]: 10})})
+    server = proxy(write_config({"backends": [
+        backend("a", a, prioritizeVerb="prioritize", weight=2), backend("b", b, prioritizeVerb="prioritize", weight=1),
+    ]}))
+    answer = requests.post(f"{server.url}/extender/prioritize", data=json.dumps(request).encode(), timeout=30).json()
+    total = {h["Host"]: h["Score"] for h in answer}
+    assert total == {names[0]: 2 - 2**63, names[1]: 10}
+    assert all(-(2**63) <= s < 2**63 for s in total.values())
+    go = (2 * (2**62 + 1) * 10) % 2**64  # what the scheduler adds calling `a` itself, wrapped
+    assert (total[names[0]] * 10) % 2**64 == go
+
+
+def test_a_bind_only_backend_does_not_make_the_entry_send_full_node_objects():
+    """Its nodeCacheCapable (false by default) says nothing: a bind sends no nodes. Counting it
+    registered the entry for full objects, so the scheduler took the filter's answer as Node
+    objects where the names-only filter's names would have kept its own."""
+    gpu = BackendConfig(name="gpu", url_prefix="http://gpu", filter_verb="filter", prioritize_verb="prioritize",
+                        node_cache_capable=True)
+    binder = BackendConfig(name="binder", url_prefix="http://binder", bind_verb="bind")
+    entry = combined_entry([gpu, binder])
+    assert isinstance(entry, dict) and entry["nodeCacheCapable"] is True and entry["bindVerb"] == "bind"
+    full_prioritizer = BackendConfig(name="p", url_prefix="http://p", prioritize_verb="prioritize")
+    assert combined_entry([gpu, binder, full_prioritizer])["nodeCacheCapable"] is False
