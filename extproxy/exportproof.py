@@ -12,7 +12,8 @@ the export id ties a file to its own manifest: another export's manifest cannot 
 The manifest is signed with HMAC-SHA256 over its canonical JSON (sorted keys, no signature).
 
 Key: settings.EXTPROXY_EXPORT_KEY (several replicas must share it), else a random key created
-once in the data directory (mode 0600). This module reads files and the key; it never touches
+once in the data directory (mode 0600); either at least 32 bytes, and checking a manifest never
+creates one. This module reads files and the key; it never touches
 the database.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hmac
 import json
 import os
 import secrets
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,25 +72,58 @@ def split_line(fmt: str, line: bytes) -> tuple[bytes, str]:
 # --- the manifest's signature --------------------------------------------------------------
 
 
-def signing_key() -> bytes:
+MIN_KEY_BYTES = 32  # an HMAC key shorter than SHA-256's output is weaker than the hash it signs with
+KEY_FILE = "export-hmac.key"
+
+
+class ExportKeyError(RuntimeError):
+    """No usable export key: exports cannot be signed (or manifests checked) until it is fixed."""
+
+
+def signing_key(create: bool = True) -> bytes:
+    """The export key; `create=False` (checking a manifest) refuses rather than make one, since
+    a new key can only say that every manifest signed before is forged."""
     from django.conf import settings
 
     configured = getattr(settings, "EXTPROXY_EXPORT_KEY", "")
     if configured:
+        if len(configured.encode()) < MIN_KEY_BYTES:
+            raise ExportKeyError(f"EXTPROXY_EXPORT_KEY is shorter than {MIN_KEY_BYTES} bytes: set a longer key")
         return configured.encode()
-    path = Path(settings.DATA_DIR) / "export-hmac.key"
+    path = Path(settings.DATA_DIR) / KEY_FILE
     try:
-        return path.read_bytes().strip()
+        return _read_key(path)
     except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_hex(32).encode()
-    try:  # O_EXCL: when two processes race, one key wins and both use it
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes().strip()
-    with os.fdopen(fd, "wb") as out:
-        out.write(key)
+        if not create:
+            raise ExportKeyError(f"no export key: EXTPROXY_EXPORT_KEY is not set and {path} does not exist "
+                                 f"(the key that signed the manifest is needed to check it)") from None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written whole to a temporary file, then linked into place: a crash (or a full disk)
+        # midway leaves no empty key file behind, and when two processes race, the link of the
+        # second fails and both use the first one's key.
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{KEY_FILE}.")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(secrets.token_hex(32).encode())
+                out.flush()
+                os.fsync(out.fileno())
+            try:
+                os.link(temp, path)
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(temp)
+    except OSError as exc:
+        raise ExportKeyError(f"no EXTPROXY_EXPORT_KEY set and {path} cannot be written ({exc.strerror})") from None
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    key = path.read_bytes().strip()
+    if len(key) < MIN_KEY_BYTES:  # an empty key made every manifest forgeable
+        raise ExportKeyError(f"{path} holds no usable key (fewer than {MIN_KEY_BYTES} bytes): remove it to make "
+                             f"a new one (manifests signed with the old key no longer verify)")
     return key
 
 
@@ -104,7 +139,7 @@ def sign(manifest: dict[str, Any], key: bytes | None = None) -> dict[str, Any]:
 
 
 def signature_ok(manifest: dict[str, Any], key: bytes | None = None) -> bool:
-    expected = hmac.new(key or signing_key(), canonical(manifest), hashlib.sha256).hexdigest()
+    expected = hmac.new(key or signing_key(create=False), canonical(manifest), hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected, str(manifest.get("signature", "")))
 
 

@@ -21,7 +21,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import export
+from .. import export, exportproof
 from ..audit import Action, audit, source_of
 from ..models import AuditEvent, Call, Export
 from ..roles import Perm
@@ -70,6 +70,10 @@ class _ExportView(generics.GenericAPIView):
         until = filterset.form.cleaned_data.get("until") or timezone.now()
         since, until = (since.astimezone(dt.timezone.utc) if since else None), until.astimezone(dt.timezone.utc)
         queryset = queryset.filter(**{f"{self.time_field}__lt": until})  # a fixed end: what "now" was
+        try:  # before the first byte: a file whose manifest cannot be signed proves nothing
+            exportproof.signing_key()
+        except exportproof.ExportKeyError as exc:
+            return Response({"detail": f"exports cannot be signed: {exc}"}, status=503)
         run = export.ExportRun(
             kind=self.kind, fmt=fmt, filters=dict(request.query_params.items()), since=since, until=until,
             user=request.user.get_username(), source=source_of(request),

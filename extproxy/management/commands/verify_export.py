@@ -7,7 +7,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from extproxy.exportproof import verify
+from extproxy.exportproof import ExportKeyError, verify
 
 
 class Command(BaseCommand):
@@ -32,6 +32,8 @@ class Command(BaseCommand):
             seconds = time.perf_counter() - started
         except OSError as exc:
             raise CommandError(f"{file}: {exc}") from exc
+        except ExportKeyError as exc:
+            raise CommandError(f"cannot check the manifest's signature: {exc}") from None
         if not verdict.ok or not verdict.complete:
             raise CommandError(f"{file}: {verdict.message}")
         self.stdout.write(f"{file}: {verdict.message} (checked in {seconds:.3f} s)")
