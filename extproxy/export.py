@@ -144,6 +144,15 @@ def guarded(value: str) -> str:
     return value.replace("\x00", "\ufffd")
 
 
+def _json_text(value: Any) -> str:
+    from .recording.bulk import storable
+
+    try:
+        return msgspec.json.encode(value).decode()
+    except UnicodeEncodeError:  # a lone surrogate stored before texts were made storable: "?"
+        return msgspec.json.encode(storable(value)).decode()
+
+
 def csv_encoder(columns: list[str]) -> Callable[[list[Any]], bytes]:
     rows = _Rows()
     # "\r\n" as the terminator makes the C writer quote a field holding \r or \n (it quotes
@@ -155,22 +164,29 @@ def csv_encoder(columns: list[str]) -> Callable[[list[Any]], bytes]:
     def encode(values: list[Any]) -> bytes:
         for i in structured:
             if values[i] is not None:
-                values[i] = msgspec.json.encode(values[i]).decode()
+                values[i] = _json_text(values[i])
         for i, value in enumerate(values):
             # isprintable() is false for \n, \r, \t and NUL: one C call keeps the common case fast
             if type(value) is str and value and (value[0] in formula_start or not value.isprintable()):
                 values[i] = guarded(value)
         writer.writerow(values)
-        return rows.last[:-2].encode()
+        # A lone surrogate (stored before texts were made storable) is written as "?", as
+        # storable_text stores it: one record must not end the export mid-stream.
+        return rows.last[:-2].encode("utf-8", "replace")
 
     return encode
 
 
 def ndjson_encoder(columns: list[str]) -> Callable[[list[Any]], bytes]:
+    from .recording.bulk import storable
+
     encoder = msgspec.json.Encoder()
 
     def encode(values: list[Any]) -> bytes:
-        return encoder.encode(dict(zip(columns, values)))
+        try:
+            return encoder.encode(dict(zip(columns, values)))
+        except UnicodeEncodeError:  # a lone surrogate stored before texts were made storable: "?", as the CSV
+            return encoder.encode(dict(zip(columns, storable(values))))
 
     return encode
 
