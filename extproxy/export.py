@@ -265,7 +265,7 @@ class ExportRun:
     def build_manifest(self) -> dict[str, Any]:
         from .gaps import gaps_overlapping
 
-        gaps = gaps_overlapping(self.since, self.until) if self.kind == "calls" else []
+        gaps = gaps_overlapping(self.since, self.until, self.kind)
         manifest = {
             "manifest_version": proof.MANIFEST_VERSION,
             "export_id": self.export_id,

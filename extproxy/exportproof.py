@@ -260,7 +260,8 @@ def _check_records(lines: Iterator[tuple[int, bytes, bool]], fmt: str, columns: 
     if gaps or not manifest.get("complete", False):
         missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps) or "see the manifest"
         return Verdict(True, f"unaltered: {seq} records as exported, but the range is NOT complete "
-                             f"(calls missing from the records: {missing})", None, complete=False)
+                             f"({'events' if manifest.get('kind') == 'audit' else 'calls'} missing from the records: "
+                             f"{missing})", None, complete=False)
     tail = f"last hash {previous[:16]}…" if seq else "an empty export"
     return Verdict(True, f"complete and unaltered: {seq} records, {tail}", None, complete=True)
 
