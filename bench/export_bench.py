@@ -63,7 +63,7 @@ print(Token.objects.create(user=user).key)
 def env_for(data: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "EXTPROXY_SQLITE_PATH", "EXTPROXY_REDIS_URL")}
     env.update(EXTPROXY_DATA_DIR=str(data), DJANGO_SETTINGS_MODULE="extproxy.settings", EXTPROXY_SKIP_CONFIG_CHECK="1",
-               EXTPROXY_EXPORT_KEY="bench-key", PYTHONPATH=str(ROOT))
+               EXTPROXY_EXPORT_KEY="bench-key-of-at-least-32-bytes-0123456789", PYTHONPATH=str(ROOT))
     return env
 
 

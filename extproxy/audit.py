@@ -61,15 +61,19 @@ def audit(request: Any = None, action: str = "", target: str = "", detail: dict 
           user: Any = None, actor: str | None = None, source: str | None = None) -> None:
     """Record one event. `request` gives the user and the address; commands pass `source="cli"`."""
     from .models import AuditEvent
+    from .recording.bulk import storable, storable_text
 
     try:
+        # Texts as every database and every reader takes them: a request's JSON can hold a lone
+        # surrogate ("\ud800"), which SQLite kept and which then broke each export and listing
+        # of the trail (UTF-8 cannot encode it); PostgreSQL refuses it and NUL outright.
         AuditEvent.objects.create(
             at=timezone.now(),
-            actor=actor if actor is not None else _actor_of(request, user),
-            action=action,
-            target=str(target)[:MAX_TEXT],
-            source=source if source is not None else source_of(request),
-            detail=detail or {},
+            actor=storable_text(actor if actor is not None else _actor_of(request, user)),
+            action=storable_text(action),
+            target=storable_text(str(target)[:MAX_TEXT]),
+            source=storable_text(source if source is not None else source_of(request)),
+            detail=storable(detail or {}),
         )
     except Exception:  # the audited action already happened; losing its trace must not undo it
         log.exception("could not write audit event %s %s", action, target)

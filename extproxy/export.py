@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import re
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator
@@ -43,11 +44,12 @@ CALL_COLUMNS = [
     "result", "reason", "score", "weighted_score", "latency_ms", "outcome", "http_status", "error", "attempt",
 ]
 AUDIT_COLUMNS = ["seq", "event", "time", "actor", "action", "target", "source", "detail"]
-# Text an outsider controls (reasons, errors, audit details): a spreadsheet must not run it as a
-# formula, so CSV cells starting with one of these get a leading apostrophe (JSON Lines keep it as is).
+# Every text in a record may come from outside: a client of the extender endpoint names the pod,
+# its namespace and uid, a backend writes reasons and errors, a replay's caller the audit target.
+# A spreadsheet must not run any of it as a formula, so a CSV cell (or a line of a cell, after a
+# line break) starting with one of these gets a leading apostrophe; JSON Lines keep text as is.
 FORMULA_START = "=+-@\t\r"
-# Free text; node, pod and namespace names are Kubernetes names, which cannot start so.
-TEXT_COLUMNS = {"reason", "error", "target", "detail", "actor", "source"}
+_LINE_START = re.compile(r"(\r\n|\r|\n)([=+\-@\t])")
 JSON_COLUMNS = {"detail"}  # objects: JSON text in a CSV cell
 CALL_FIELDS = ("id", "started_at", "finished_at", "verb", "backend", "pod_namespace", "pod_name", "pod_uid",
                "outcome", "http_status", "error", "attempt", "decisions_blob")
@@ -133,31 +135,59 @@ class _Rows:
         self.last = row
 
 
+def guarded(value: str) -> str:
+    """A CSV cell's text that no spreadsheet runs as a formula, on its first line or any other.
+    NUL becomes U+FFFD (as the database stores it in text): spreadsheets cut a cell at NUL."""
+    if value[0] in FORMULA_START:
+        value = "'" + value
+    if "\n" in value or "\r" in value:
+        value = _LINE_START.sub(r"\1'\2", value)
+    return value.replace("\x00", "\ufffd")
+
+
+def _json_text(value: Any) -> str:
+    from .recording.bulk import storable
+
+    try:
+        return msgspec.json.encode(value).decode()
+    except UnicodeEncodeError:  # a lone surrogate stored before texts were made storable: "?"
+        return msgspec.json.encode(storable(value)).decode()
+
+
 def csv_encoder(columns: list[str]) -> Callable[[list[Any]], bytes]:
     rows = _Rows()
-    writer = csv.writer(rows, lineterminator="")
-    text = [i for i, c in enumerate(columns) if c in TEXT_COLUMNS]
+    # "\r\n" as the terminator makes the C writer quote a field holding \r or \n (it quotes
+    # only the terminator's characters); with "" a line break went out unquoted and split the record.
+    writer = csv.writer(rows, lineterminator="\r\n")
     structured = [i for i, c in enumerate(columns) if c in JSON_COLUMNS]
+    formula_start = FORMULA_START
 
     def encode(values: list[Any]) -> bytes:
         for i in structured:
             if values[i] is not None:
-                values[i] = msgspec.json.encode(values[i]).decode()
-        for i in text:
-            value = values[i]
-            if value and value[0] in FORMULA_START:
-                values[i] = "'" + value
+                values[i] = _json_text(values[i])
+        for i, value in enumerate(values):
+            # isprintable() is false for \n, \r, \t and NUL: one C call keeps the common case fast
+            if type(value) is str and value and (value[0] in formula_start or not value.isprintable()):
+                values[i] = guarded(value)
         writer.writerow(values)
-        return rows.last.encode()
+        # A lone surrogate (stored before texts were made storable) is written as "?", as
+        # storable_text stores it: one record must not end the export mid-stream.
+        return rows.last[:-2].encode("utf-8", "replace")
 
     return encode
 
 
 def ndjson_encoder(columns: list[str]) -> Callable[[list[Any]], bytes]:
+    from .recording.bulk import storable
+
     encoder = msgspec.json.Encoder()
 
     def encode(values: list[Any]) -> bytes:
-        return encoder.encode(dict(zip(columns, values)))
+        try:
+            return encoder.encode(dict(zip(columns, values)))
+        except UnicodeEncodeError:  # a lone surrogate stored before texts were made storable: "?", as the CSV
+            return encoder.encode(dict(zip(columns, storable(values))))
 
     return encode
 
@@ -236,7 +266,7 @@ class ExportRun:
     def build_manifest(self) -> dict[str, Any]:
         from .gaps import gaps_overlapping
 
-        gaps = gaps_overlapping(self.since, self.until) if self.kind == "calls" else []
+        gaps = gaps_overlapping(self.since, self.until, self.kind)
         manifest = {
             "manifest_version": proof.MANIFEST_VERSION,
             "export_id": self.export_id,

@@ -162,26 +162,49 @@ class Verdict:
         return self.message
 
 
+# No record extproxy writes comes near this (texts are bounded when stored); a longer one means
+# a quote was added and the rest of the file reads as one field: say so rather than gather it.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+
+class Unreadable(ValueError):
+    """The file cannot be split into records from `line` on (a quote left open)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+
+
 def records_of(stream: Iterable[bytes], fmt: str) -> Iterator[tuple[int, bytes, bool]]:
     """(first physical line number, record bytes without newline, ended by a newline).
 
     A CSV record may hold newlines inside quoted fields; it ends at a newline outside quotes.
+    Unreadable when a quoted field is still open at the end of the file or after
+    MAX_RECORD_BYTES (the lines are gathered in a list: joining once keeps this linear).
     """
-    number, pending, start, quotes = 0, b"", 0, 0
+    pending: list[bytes] = []
+    number, size, start, quotes = 0, 0, 0, 0
     for raw in stream:
         number += 1
         if not pending:
             start = number
-        pending += raw
         if fmt == "csv":
             quotes += raw.count(b'"')
-            if quotes % 2:
-                continue  # inside a quoted field: the record goes on
-        ended = pending.endswith(b"\n")
-        yield start, pending[:-1] if ended else pending, ended
-        pending, quotes = b"", 0
+            if quotes % 2:  # inside a quoted field: the record goes on
+                pending.append(raw)
+                size += len(raw)
+                if size > MAX_RECORD_BYTES:
+                    raise Unreadable(start, f"unbalanced quote at line {start}: the record starting there "
+                                            f"runs past {MAX_RECORD_BYTES // (1024 * 1024)} MiB without closing it")
+                continue
+        record = b"".join(pending) + raw if pending else raw
+        ended = record.endswith(b"\n")
+        yield start, record[:-1] if ended else record, ended
+        pending, size, quotes = [], 0, 0
     if pending:
-        yield start, pending, False
+        raise Unreadable(start, f"unbalanced quote at line {start}: the quoted field opened in the record "
+                                f"starting there is still open at the end of the file (a quote added, or the "
+                                f"file cut short)")
 
 
 def _seq_of(fmt: str, body: bytes) -> int | None:
@@ -202,9 +225,16 @@ def verify(stream: BinaryIO, manifest: dict[str, Any], trust: Trust) -> Verdict:
     if fmt not in FORMATS:
         return Verdict(False, f"the manifest names an unknown format {fmt!r}")
     whole = hashlib.sha256()
+    try:
+        return _check_records(records_of(_Hashing(stream, whole), fmt), fmt, columns, manifest, whole)
+    except Unreadable as exc:
+        return Verdict(False, str(exc), exc.line)
+
+
+def _check_records(lines: Iterator[tuple[int, bytes, bool]], fmt: str, columns: list[str],
+                   manifest: dict[str, Any], whole: Any) -> Verdict:
     previous = chain_start(str(manifest.get("export_id")), fmt, columns)
     seq = 0
-    lines = records_of(_Hashing(stream, whole), fmt)
     if fmt == "csv":
         header = next(lines, None)
         if header is None or header[1] != ",".join(columns + ["hash"]).encode():
@@ -235,7 +265,8 @@ def verify(stream: BinaryIO, manifest: dict[str, Any], trust: Trust) -> Verdict:
     if gaps or not manifest.get("complete", False):
         missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps) or "see the manifest"
         return Verdict(True, f"unaltered: {seq} records as exported, but the range is NOT complete "
-                             f"(calls missing from the records: {missing})", None, complete=False)
+                             f"({'events' if manifest.get('kind') == 'audit' else 'calls'} missing from the records: "
+                             f"{missing})", None, complete=False)
     tail = f"last hash {previous[:16]}…" if seq else "an empty export"
     return Verdict(True, f"complete and unaltered: {seq} records, {tail}", None, complete=True)
 

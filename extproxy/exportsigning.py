@@ -45,6 +45,8 @@ def existing_private_key() -> Ed25519PrivateKey | None:
         return _parse(path.read_bytes(), str(path))
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise SigningKeyError(f"{path} cannot be read ({exc.strerror or exc})") from None
 
 
 def private_key() -> Ed25519PrivateKey:
@@ -57,23 +59,27 @@ def private_key() -> Ed25519PrivateKey:
     path = Path(settings.DATA_DIR) / KEY_FILE
     pem = Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Written whole under another name, then linked into place: no process ever reads part of a
-    # key (a crash mid-write leaves only the temporary file), and when two race, one key wins.
-    temporary = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(pem)
-            out.flush()
-            os.fsync(out.fileno())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written whole under another name, then linked into place: no process ever reads part
+        # of a key (a crash mid-write leaves only the temporary file), and when two race, one wins.
+        temporary = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.link(temporary, path)
-        except FileExistsError:
-            pass
-    finally:
-        temporary.unlink(missing_ok=True)
-    return _parse(path.read_bytes(), str(path))
+            with os.fdopen(fd, "wb") as out:
+                out.write(pem)
+                out.flush()
+                os.fsync(out.fileno())
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass
+        finally:
+            temporary.unlink(missing_ok=True)
+        return _parse(path.read_bytes(), str(path))
+    except OSError as exc:
+        raise SigningKeyError(f"no EXTPROXY_EXPORT_SIGNING_KEY set and {path} cannot be written "
+                              f"({exc.strerror or exc})") from None
 
 
 def _parse(data: bytes, where: str) -> Ed25519PrivateKey:

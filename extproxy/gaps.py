@@ -5,7 +5,8 @@ Writers: the recorder process (`note_drops`, in the transaction of the batch tha
 them): the serving process's drops from the gap records it spools (queue-full, spool-full,
 spool-error, stopping, unencodable: one row per reason per gap record, i.e. per second at most,
 see recording/dropcount.py) and its own (torn, unreadable, unstorable: one row each), each row
-keyed by where its drop was found; retention (`note_gap`, reasons pruned-*, merged, no key). Readers: export manifests (`gaps_overlapping`), GET /api/gaps/ (api/gaps.py).
+keyed by where its drop was found; retention (`note_gap`, reasons pruned-*, merged, no key; audit-pruned-age for the audit
+trail's own). Readers: export manifests (`gaps_overlapping`), GET /api/gaps/ (api/gaps.py).
 This module must not delete or alter call records.
 """
 from __future__ import annotations
@@ -85,11 +86,17 @@ def note_drops(drops: Iterable[Drop]) -> int:
     return len(rows)
 
 
-def gaps_overlapping(since: datetime | None, until: datetime | None) -> list[dict[str, Any]]:
-    """Per reason: calls missing in gaps overlapping [since, until), and the span they cover."""
+AUDIT_PREFIX = "audit-"  # a gap in the audit trail (its retention), not in the calls
+
+
+def gaps_overlapping(since: datetime | None, until: datetime | None, kind: str = "calls") -> list[dict[str, Any]]:
+    """Per reason: records missing in gaps overlapping [since, until), and the span they cover;
+    kind "calls" (dropped or pruned calls) or "audit" (pruned audit events)."""
     from .models import RecordingGap
 
     gaps = RecordingGap.objects.all()
+    audit_gaps = {"reason__startswith": AUDIT_PREFIX}
+    gaps = gaps.filter(**audit_gaps) if kind == "audit" else gaps.exclude(**audit_gaps)
     if since is not None:
         gaps = gaps.filter(last_at__gte=since)
     if until is not None:

@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce, Length
 from .gaps import note_gap
 
 CHUNK = 2000
+AUDIT_GAP = "audit-pruned-age"  # gaps.AUDIT_PREFIX: reported by audit exports, not by call exports
 
 
 def _bytes(*fields: str):
@@ -91,8 +92,9 @@ def prune_to_size(max_bytes: int) -> int:
 
 
 def prune_audit(max_age_seconds: float, now: datetime) -> int:
-    """Delete audit events older than the audit trail's own retention; the deletion itself is
-    recorded as an event (auditors see that, and how much, was pruned)."""
+    """Delete audit events older than the audit trail's own retention; each chunk is noted as a
+    gap (audit-pruned-age) with it, and the deletion itself is recorded as an event (auditors see
+    that, and how much, was pruned; an audit export of that range is not complete)."""
     from .audit import audit
     from .models import AuditEvent
 
@@ -101,11 +103,14 @@ def prune_audit(max_age_seconds: float, now: datetime) -> int:
     cutoff = now - timedelta(seconds=max_age_seconds)
     total = 0
     while True:
-        keys = list(AuditEvent.objects.filter(at__lt=cutoff).order_by("at", "id").values_list("pk", flat=True)[:CHUNK])
-        if not keys:
+        chunk = list(AuditEvent.objects.filter(at__lt=cutoff).order_by("at", "id").values_list("pk", "at")[:CHUNK])
+        if not chunk:
             break
-        AuditEvent.objects.filter(pk__in=keys).delete()
-        total += len(keys)
+        with transaction.atomic():  # as calls: each chunk deleted is a gap an audit export reports
+            _, per_model = AuditEvent.objects.filter(pk__in=[pk for pk, _ in chunk]).delete()
+            deleted = per_model.get(AuditEvent._meta.label, 0)
+            note_gap(AUDIT_GAP, deleted, chunk[0][1], chunk[-1][1], merge=True)
+        total += deleted
     if total:
         audit(None, "audit-pruned", target=f"events before {cutoff.isoformat()}", actor="retention",
               source="retention", detail={"events": total, "max_age_days": round(max_age_seconds / 86400, 3)})

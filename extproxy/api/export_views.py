@@ -26,7 +26,7 @@ from ..audit import Action, audit, source_of
 from ..models import AuditEvent, Call, Export
 from ..roles import Perm
 from .filters import AuditFilter, CallFilter, StrictFilterBackend
-from .permissions import needs
+from .permissions import needs, needs_one_of
 
 CONTENT_TYPES = {"ndjson": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
 ACCEPT = {"application/x-ndjson": "ndjson", "application/jsonl": "ndjson", "text/csv": "csv"}
@@ -118,17 +118,20 @@ class AuditExportView(_ExportView):
 class ManifestView(generics.GenericAPIView):
     """The signed manifest of a finished export (409 while it runs or if it never finished)."""
 
-    permission_classes = [needs(Perm.EXPORT_CALLS)]
+    # Whoever may make an export of a kind may read its manifests: a principal with view_audit
+    # alone exports the audit trail and must be able to prove it.
+    permission_classes = [needs_one_of(Perm.EXPORT_CALLS, Perm.VIEW_AUDIT)]
     renderer_classes = [JSONRenderer]
     pagination_class = None
+    permission_of_kind = {"calls": Perm.EXPORT_CALLS, "audit": Perm.VIEW_AUDIT}
 
     @extend_schema(responses={200: OpenApiResponse(description="the signed manifest (JSON)"), 409: None})
     def get(self, request, export_id: str):
         row = Export.objects.filter(export_id=export_id).first()
         if row is None:
             raise NotFound("no export with this id")
-        if row.kind == "audit" and not request.user.has_perm(Perm.VIEW_AUDIT):
-            raise NotFound("no export with this id")
+        if not request.user.has_perm(self.permission_of_kind.get(row.kind, Perm.EXPORT_CALLS)):
+            raise NotFound("no export with this id")  # one it could not have made: not even that it exists
         if row.manifest is None:
             return Response({"detail": "this export has not finished (or was interrupted): no manifest"}, status=409)
         return Response(row.manifest)

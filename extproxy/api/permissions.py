@@ -33,4 +33,26 @@ def needs(perm: str) -> type[BasePermission]:
     )
 
 
+class _NeedsOneOf(BasePermission):
+    """Lets through users holding any of `permissions`: a view that then checks, per object,
+    the one that object needs (an export's manifest: its kind's permission)."""
+
+    permissions: tuple[str, ...] = ()
+
+    def has_permission(self, request, view) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and any(user.has_perm(p) for p in self.permissions))
+
+
+@lru_cache(maxsize=None)
+def needs_one_of(*perms: str) -> type[BasePermission]:
+    """A DRF permission class that lets through users holding at least one of `perms`."""
+    return type(
+        "Needs_" + "_or_".join(p.split(".", 1)[-1] for p in perms),
+        (_NeedsOneOf,),
+        {"permissions": perms, "required_permission": " or ".join(perms),
+         "message": f"This needs one of the permissions {', '.join(perms)}."},
+    )
+
+
 CanViewCalls = needs(Perm.VIEW_CALLS)

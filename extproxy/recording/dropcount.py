@@ -4,7 +4,7 @@ Owns `DropCounter`: the totals by reason (`extproxy_recorder_dropped_total`, per
 log line at most once a second per reason, and the drops not yet written down. The
 spool-writer thread calls `write_gap` each round: at most once every GAP_EVERY seconds (and
 always at shutdown) it appends one small gap record (trace.encode_gap: per reason, calls and
-the first and last drop's time) summarising the drops since the last one; the recorder stores
+the first and last dropped call's start) summarising the drops since the last one; the recorder stores
 it as RecordingGap rows (extproxy/gaps.py). Gap records may use the reserve at the top of the
 spool's bound that calls may not (SpoolSettings.gap_reserve), and the last one, at shutdown,
 may pass the bound. When the spool refuses one anyway (the reserve spent, or a write error),
@@ -40,16 +40,26 @@ class DropCounter:
         self._lock = threading.Lock()  # add() runs on the event loop and in the spool-writer thread
         self._written = float("-inf")  # monotonic time of the last gap record
 
-    def add(self, reason: str, n: int = 1) -> None:
-        now = time.time()
+    def add(self, reason: str, n: int = 1, first: float | None = None, last: float | None = None) -> None:
+        """n calls dropped; first and last: the earliest and latest of their start times (epoch).
+        Exports select calls by start, so a gap must cover when its calls started, not when they
+        were dropped (a slow call dropped later would fall outside its range). The drop's own
+        time only where no call is known."""
+        if first is None:
+            first = time.time()
+        if last is None:
+            last = first
         with self._lock:
             self.counts[reason] = self.counts.get(reason, 0) + n
             waiting = self._pending.get(reason)
             if waiting is None:
-                self._pending[reason] = [n, now, now]
+                self._pending[reason] = [n, first, last]
             else:
                 waiting[0] += n
-                waiting[2] = now
+                if first < waiting[1]:
+                    waiting[1] = first
+                if last > waiting[2]:
+                    waiting[2] = last
         mono = time.monotonic()  # the wall clock may step back; the log's pace must not
         if mono - self._logged.get(reason, 0.0) >= 1.0:
             self._logged[reason] = mono
@@ -72,9 +82,10 @@ class DropCounter:
                 newer = self._pending.get(drops.reason)
                 if newer is None:
                     self._pending[drops.reason] = [drops.calls, drops.first_at, drops.last_at]
-                else:
+                else:  # start times: the older record's need not all be earlier
                     newer[0] += drops.calls
-                    newer[1] = drops.first_at
+                    newer[1] = min(newer[1], drops.first_at)
+                    newer[2] = max(newer[2], drops.last_at)
 
     def write_gap(self, writer: SpoolWriter, now_please: bool = False) -> bool:
         """Append the drops since the last gap record to the spool, if any and if GAP_EVERY has

@@ -105,10 +105,10 @@ class SpoolRecorder:
         size = trace.size()
         with self._lock:
             if self._closed:
-                self.drops.add("stopping")
+                self.drops.add("stopping", 1, trace.started_at)
                 return False
             if len(self._queue) >= self.max_calls or self._bytes + size > self.max_bytes:
-                self.drops.add("queue-full")
+                self.drops.add("queue-full", 1, trace.started_at)
                 return False
             self._queue.append(trace)
             self._bytes += size
@@ -232,13 +232,15 @@ class SpoolRecorder:
         except Exception as exc:  # the append below meets it too (counted there); meanwhile save room
             log.error("recorder: spool not readable: %s: %s", type(exc).__name__, exc)
             backlog = self.spool.max_bytes
+        encoded: list[Trace] = []  # the traces of payloads, in order
         for trace in batch:
             try:
                 payloads.append(encode_trace(trace, self.spool.compress, self.spool.smallest_deflated(backlog, trace)))
+                encoded.append(trace)
                 backlog += len(payloads[-1])
             except Exception:  # a field of an unexpected type: a bug, counted, never fatal
                 log.exception("recorder: could not encode a %s call", trace.verb)
-                self.drops.add("unencodable")
+                self.drops.add("unencodable", 1, trace.started_at)
         failed = 0
         try:
             accepted = self.writer.append(payloads)
@@ -249,12 +251,15 @@ class SpoolRecorder:
             log.error("recorder: spool write failed: %s: %s", type(exc).__name__, exc,
                       exc_info=not isinstance(exc, OSError))
             accepted, failed = [False] * len(payloads), len(payloads)
-        if failed:
-            self.drops.add("spool-error", failed)
         refused = accepted.count(False) - failed  # at the bound
         self.spool_full = refused > 0
-        if refused:
-            self.drops.add("spool-full", refused)
+        if failed or refused:  # which of the calls not kept failed and which were refused is not known: one span
+            started = [t.started_at for t, kept in zip(encoded, accepted) if not kept] or [time.time()]
+            first, last = min(started), max(started)
+            if failed:
+                self.drops.add("spool-error", failed, first, last)
+            if refused:
+                self.drops.add("spool-full", refused, first, last)
         return accepted
 
     def _sync_quietly(self) -> None:

@@ -15,6 +15,7 @@ TargetError naming the field. The engine records nothing: its recorder keeps the
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..config import BackendConfig, ConfigError, ProxyConfig, parse_config
@@ -55,6 +56,12 @@ def check(target: dict[str, Any], policies: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(target, dict) or target.get("kind", "configured") not in KINDS:
         raise TargetError(f"target.kind must be one of {', '.join(KINDS)}")
     target = {"kind": "configured", **target}
+    try:  # stored with the run and in the audit trail, shown in answers: UTF-8 must carry it
+        json.dumps(target, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise TargetError("target: holds text that is not valid Unicode (a lone surrogate such as \\ud800)") from None
+    except (TypeError, ValueError) as exc:
+        raise TargetError(f"target: not JSON ({exc})") from None
     if "replaces" in target and not isinstance(target["replaces"], str):
         raise TargetError("target.replaces: a backend name")
     if target["kind"] == "url" and not isinstance(target.get("url"), str):

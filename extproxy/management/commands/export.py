@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from extproxy import export
+from extproxy.exportsigning import SigningKeyError, private_key
 from extproxy.api.filters import AuditFilter, CallFilter
 from extproxy.audit import Action, audit
 from extproxy.models import AuditEvent, Call
@@ -90,6 +91,10 @@ class Command(BaseCommand):
         if not output and not manifest_path:
             raise CommandError("writing to stdout: say where the manifest goes with --manifest FILE")
         manifest_path = manifest_path or f"{output}.manifest.json"
+        try:  # before the first byte: a file whose manifest cannot be signed proves nothing
+            private_key()
+        except SigningKeyError as exc:
+            raise CommandError(f"exports cannot be signed: {exc}") from None
         actor = _cli_actor()
         run = export.ExportRun(kind="audit" if audit_kind else "calls", fmt=options["format"], filters=given,
                                since=since, until=until, user=actor, source="cli")

@@ -1,0 +1,50 @@
+"""The audit trail's retention leaves a gap, as the calls' does: an audit export of a range
+whose events were pruned says it is not complete (and a calls export does not count them)."""
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from extproxy.audit import audit
+from extproxy.config import RetentionConfig
+from extproxy.exportsigning import verify_here as verify
+from extproxy.models import AuditEvent, RecordingGap
+from extproxy.recording.retention import prune
+from tests.test_export import auditor
+
+pytestmark = pytest.mark.django_db
+
+
+def export(client, path: str) -> tuple[bytes, dict]:
+    response = client.get(path)
+    assert response.status_code == 200, response.content
+    body = b"".join(response.streaming_content)
+    return body, client.get(f"/api/export/{response['X-Export-Id']}/manifest/").json()
+
+
+def test_pruned_audit_events_are_a_gap_in_audit_exports_of_their_range():
+    now = timezone.now()
+    for day in (600, 550, 500, 10):
+        audit(None, "login", target=f"day {day}", actor="ann", source="10.0.0.9")
+        AuditEvent.objects.filter(target=f"day {day}").update(at=now - timedelta(days=day))
+    assert prune(RetentionConfig(max_age_seconds=0)).audit_events == 3  # the default auditMaxAge: 400 days
+    [gap] = RecordingGap.objects.all()
+    assert (gap.reason, gap.calls) == ("audit-pruned-age", 3)
+    client = auditor()
+    old = (now - timedelta(days=700)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body, manifest = export(client, f"/api/audit/export/?format=ndjson&since={old}")
+    assert manifest["complete"] is False  # was true: retention's deletions were not reported
+    assert [(g["reason"], g["calls"]) for g in manifest["gaps"]] == [("audit-pruned-age", 3)]
+    verdict = verify(io.BytesIO(body), manifest)
+    assert verdict.ok and not verdict.complete and "3 audit-pruned-age" in verdict.message
+    assert "events missing" in verdict.message
+    recent = (now - timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _, manifest = export(client, f"/api/audit/export/?format=csv&since={recent}")
+    assert manifest["complete"] is True and manifest["gaps"] == []
+    _, manifest = export(client, f"/api/export/?format=ndjson&since={old}")
+    assert manifest["gaps"] == [] and manifest["complete"] is True  # not a gap in the calls
+    assert json.loads(client.get("/api/gaps/").content)["results"][0]["reason"] == "audit-pruned-age"
