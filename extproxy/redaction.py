@@ -196,7 +196,9 @@ def redact_raw(raw: bytes, rules: RedactionConfig) -> tuple[bytes, list[str]]:
     they are around what is replaced. Of bytes that need redacting, only the first
     RAW_REDACT_MAX are kept.
     """
-    if not needs_redaction(raw, rules):
+    # Both byte tests: a text reply holding only a credential (`Basic <base64>`) has none of the
+    # names needs_redaction looks for.
+    if not (needs_redaction(raw, rules) or text_needs_redaction(raw, rules)):
         return raw, []
     marks = [RAW_MARK_TEXT]
     cut = len(raw) > RAW_REDACT_MAX
