@@ -149,8 +149,8 @@ _EDGE = 256  # redacted beyond the cut, so a secret across it is still recognise
 
 
 def redact_free_text(value: Any, rules: RedactionConfig, budget: int = FREE_TEXT_REDACT_MAX) -> Any:
-    """A reply's free-text field redacted: a string, or each string of a map (FailedNodes);
-    anything else is not what the scheduler reads there, and is kept. At most `budget`
+    """A reply's free-text field redacted: every string in it (Error, each reason of
+    FailedNodes, any string of a field a backend added), keys aside. At most `budget`
     characters are redacted; the rest of each string is cut off, with a note of how much."""
     left = budget
 
@@ -163,11 +163,16 @@ def redact_free_text(value: Any, rules: RedactionConfig, budget: int = FREE_TEXT
         note = f"[{len(text) - kept} more characters not kept: too long to redact]"
         return f"{bounded_text(text, rules, kept, _EDGE)} {note}" if kept else note
 
-    if isinstance(value, str):
-        return one(value)
-    if isinstance(value, dict):
-        return {key: one(text) if isinstance(text, str) else text for key, text in value.items()}
-    return value
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return one(item)
+        if isinstance(item, list):
+            return [walk(each) for each in item]
+        if isinstance(item, dict):
+            return {key: walk(each) for key, each in item.items()}
+        return item
+
+    return walk(value)
 
 
 _ANY_VALUE = re.compile(r'("value"\s*:\s*")((?:[^"\\]|\\.)*)(")')

@@ -30,3 +30,23 @@ def test_a_text_reply_holding_a_basic_credential_is_stored_redacted(backend_serv
     assert BASIC not in call["error"]  # the error text was already redacted: now the body is too
     kept = stored_reply()
     assert b"upstream refused: Basic" in kept and BASIC.encode() not in kept
+
+
+def test_a_json_replys_fields_of_its_own_are_stored_redacted(backend_server, proxy, write_config, admin_client):
+    """Error and FailedNodes were redacted, and a field the backend added was kept as written."""
+    import json
+
+    names = json.loads(fixture_bytes(FILTER_NAMES))["NodeNames"]
+    written = {"NodeNames": names, "FailedNodes": {}, "Error": "", "Debug": f"token={SECRET} used",
+               "Trace": {"steps": [f"auth Basic {BASIC}", "ok"]}}
+    backend = backend_server({"filter": reply(200, written)})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+
+    answered = post(server, "/extender/gpu/filter", fixture_bytes(FILTER_NAMES))
+    only_call(admin_client, server)
+
+    assert answered.json()["Debug"] == written["Debug"]  # the scheduler gets the reply as written
+    kept = stored_reply()
+    assert SECRET.encode() not in kept and BASIC.encode() not in kept
+    assert json.loads(kept)["Debug"] == "token=[redacted] used"
+    assert json.loads(kept)["NodeNames"] == names
