@@ -120,6 +120,12 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
     return text
 
 
+def url_without_password(url: str) -> str:
+    """`url` with the password of its userinfo replaced (`http://user:[redacted]@host/`): a
+    backend's urlPrefix may carry Basic-auth credentials, and its URL is shown and copied out."""
+    return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", url) if "@" in url else url
+
+
 def bounded_text(text: str, rules: RedactionConfig, limit: int, margin: int | None = None) -> str:
     """`text` redacted and cut to `limit` characters. Only `limit + margin` characters (by
     default twice the limit) are redacted: the patterns cost 0.1-0.5 s of CPU a MiB and a
