@@ -4,3 +4,9 @@ from django.apps import AppConfig
 
 class DashboardConfig(AppConfig):
     name = "dashboard"
+
+    def ready(self) -> None:
+        # Open live sockets are closed when their user loses access (live_access).
+        from . import live_access
+
+        live_access.connect()

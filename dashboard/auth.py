@@ -56,7 +56,8 @@ class TokenAuthMiddleware:
             if token:
                 found = await _user_for_token(token)
                 if found is not None and found.is_active:
-                    scope = dict(scope, user=found)
+                    # the key, so the socket can be closed when this token is deleted (live_access)
+                    scope = dict(scope, user=found, token_key=token)
         if SUBPROTOCOL in (scope.get("subprotocols") or ()):
             send = _choosing_subprotocol(send)
         return await self.inner(scope, receive, send)

@@ -17,7 +17,8 @@ Gaps: each publishing process numbers its messages (`origin`, `seq`). A skipped 
 calls this connection never got (a publish lost while Redis was away, a message the layer
 dropped at its capacity): the buffer is dropped and a `reset` sent, as at the bound.
 
-Unauthenticated connections are closed with code 4401, users without a role with 4403.
+Unauthenticated connections are closed with code 4401, users without a role with 4403; an
+open socket is closed the same way when its user loses access (live_access).
 This module must not query the call records: the recorder's summaries are the payload.
 """
 from __future__ import annotations
@@ -31,6 +32,8 @@ from django.conf import settings
 
 from extproxy.recording import LIVE_GROUP
 from extproxy.roles import Perm
+
+from .live_access import user_group
 
 FLUSH_INTERVAL = getattr(settings, "EXTPROXY_LIVE_FLUSH_MS", 100) / 1000
 MAX_ORIGINS = 256  # publishing processes remembered per connection (replicas come and go)
@@ -62,6 +65,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.sequences: OrderedDict[str, int] = OrderedDict()
         self.flusher: asyncio.Task | None = None
         self.joined = False
+        self.revoked = False
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.refuse(4401)
@@ -70,6 +74,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.refuse(4403)
             return
         await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)
+        # its user's own group: told when the user may have lost access (live_access)
+        self.user_group = user_group(user.pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
         self.joined = True
         await self.accept()
         # The client (re)loads its snapshot now and applies the stream on top of it.
@@ -85,11 +92,40 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.flusher.cancel()
         if self.joined:
             await self.channel_layer.group_discard(LIVE_GROUP, self.channel_name)
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def live_recheck(self, event):
+        """The user may have lost access: closed when the change names this socket's session
+        or token, or when the user, read afresh, is no longer active and allowed."""
+        session = self.scope.get("session")
+        if event.get("session") and session is not None and event["session"] == session.session_key:
+            code = 4401
+        elif event.get("token") and event["token"] == self.scope.get("token_key"):
+            code = 4401
+        else:
+            code = await database_sync_to_async(self._still_allowed)()
+        if code:
+            self.revoked = True  # nothing more is sent, whatever is still on its way
+            if self.flusher is not None:
+                self.flusher.cancel()
+            self.buffer = []
+            await self.close(code=code)
+
+    def _still_allowed(self) -> int:
+        """0 when the socket's user is still active and allowed, else the close code."""
+        from django.contrib.auth import get_user_model
+
+        user = get_user_model().objects.filter(pk=self.scope["user"].pk, is_active=True).first()
+        if user is None:
+            return 4401
+        return 0 if user.has_perm(self.required_permission) else 4403
 
     async def receive_json(self, content, **kwargs):
         pass  # the stream is one-way; clients have nothing to say
 
     async def calls_batch(self, event):
+        if self.revoked:
+            return
         calls = event.get("calls") or []
         if gap(self.sequences, event):
             self.buffer = []

@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from extproxy.models import Outcome, Verb
+from extproxy.redaction import url_without_password
 from extproxy.roles import Perm, requires
 
 from . import backend_stats, feed, queries, records
@@ -174,6 +175,8 @@ def backends(request):
         {
             "name": name,
             "config": configured.get(name),
+            # the URL as shown: a password in it (Basic auth to the backend) is not for any role
+            "url": url_without_password(configured[name].url_prefix) if name in configured else "",
             "series": [s for s in series if s["backend"] == name],
             "findings": findings.get(name, []),
         }

@@ -28,6 +28,19 @@ SPLICED_MARK = b"S"
 TEXT_FIELDS = ("Error", "FailedNodes", "FailedAndUnresolvableNodes")
 # the fields whose values are redacted or cut into Node objects
 SPECIAL = ("Pod", "Nodes", "NodeNameToVictims") + TEXT_FIELDS
+# the fields that hold Pods (redacted as Pods); the value of any other field of a body but Nodes
+# is redacted as free text, every string in it: a backend may add a field of its own
+# ({"Debug": "token=..."}) and it is stored as the rest of the reply is.
+OBJECT_FIELDS = ("Pod", "NodeNameToVictims")
+# Of a body's other fields (not SPECIAL), bytes redacted at most, all together: a backend may
+# fill a 64 MiB reply with fields of its own, and the patterns cost 0.1-0.5 s a MiB. A field past
+# the bound is not kept, and says so (too_long).
+OTHER_FIELDS_REDACT_MAX = 1 << 20
+
+
+def too_long(value: bytes) -> tuple[bytes, list[str]]:
+    """What is kept of a field past OTHER_FIELDS_REDACT_MAX, and its mark."""
+    return msgspec.json.encode(f"[{len(value)} bytes not kept: too long to redact]"), [" not kept: too long to redact"]
 
 Redactor = Callable[[str, bytes], "tuple[bytes, list[str]] | None"]
 """Redacts the JSON of one field ("Pod", "NodeNameToVictims", a text field): None when nothing
@@ -54,6 +67,8 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedL
         return None
     special: dict[str, str] = {}
     keys = object_keys(body, envelope)
+    if len(set(keys)) != len(keys):
+        return None  # a repeated key: the earlier value would be kept among the literal bytes
     for name in SPECIAL:
         given = [key for key in keys if go_key((key,), name)]
         if len(given) > 1:
@@ -66,16 +81,17 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedL
     originals: list[bytes] = []  # the bytes each piece stands for in `body`, for the check
     marks: list[str] = []
     cursor = 0
+    other = 0  # bytes of the other fields so far
     for key, raw in envelope.items():
-        if key not in special:
-            continue
         value = bytes(raw)
+        if key not in special and value in (b"null", b"true", b"false", b"[]", b"{}", b'""'):
+            continue  # nothing to redact: stays among the literal bytes
         start = _value_at(body, key, value, cursor)
         if start < 0:
             return None
         _literal(pieces, originals, body[cursor:start])
         cursor = start + len(value)
-        name = special[key]
+        name = special.get(key, key)
         if name == "Nodes":
             spliced = lists.find(value) if lists is not None else None
             if spliced is None:
@@ -92,7 +108,9 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedL
             originals += spliced.originals[first:]
             marks += spliced.marks
         else:
-            redacted = redact(name, value)
+            if key not in special:
+                other += len(value)
+            redacted = too_long(value) if other > OTHER_FIELDS_REDACT_MAX else redact(name, value)
             if redacted is None or not redacted[1]:
                 _literal(pieces, originals, value)
             else:
@@ -280,10 +298,11 @@ def _plain(key: Any) -> bool:
 def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool],
              redact_texts: Callable[[Any], Any], text_needs: Callable[[bytes], bool]) -> Redactor:
     """A Redactor from an in-place Pod redaction and a text field's redaction (its decoded
-    value in, the value to keep out), each with its cheap byte test (victims: each Pod)."""
+    value in, the value to keep out), each with its cheap byte test (victims: each Pod). Every
+    field but the OBJECT_FIELDS is a text field."""
 
     def redact(name: str, value: bytes) -> tuple[bytes, list[str]] | None:
-        text = name in TEXT_FIELDS
+        text = name not in OBJECT_FIELDS
         if not (text_needs if text else needs)(value):
             return None
         original = msgspec.json.decode(value)

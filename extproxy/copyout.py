@@ -22,6 +22,7 @@ from typing import Any
 from .bodies import NOT_JSON, Body, escape_surrogates, request_of, response_of
 from .config import BackendConfig
 from .models import Call
+from .redaction import url_without_password
 
 FIXTURE_VERSION = 1
 
@@ -34,13 +35,15 @@ def configured_backend(name: str) -> BackendConfig | None:
 
 def original_url(call: Call, proxy_base: str = "") -> str | None:
     """Where the call went: its backend's URL for the verb as configured now (combined calls:
-    this proxy's combined endpoint under `proxy_base`); None when that is not known."""
+    this proxy's combined endpoint under `proxy_base`); None when that is not known. A password
+    in the URL is replaced: the URL is shown, copied out and audited, and none of those may
+    carry the backend's credentials."""
     if call.form == "combined":
         return f"{proxy_base.rstrip('/')}/extender/{call.verb}" if proxy_base else None
     backend = configured_backend(call.backend)
     if backend is None or not backend.url_prefix or not backend.verb_string(call.verb):
         return None
-    return backend.url_for(backend.verb_string(call.verb))
+    return url_without_password(backend.url_for(backend.verb_string(call.verb)))
 
 
 def _is_text(data: bytes) -> bool:

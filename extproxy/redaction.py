@@ -3,8 +3,13 @@
 What is redacted is set by `RedactionConfig`:
 - container `env[].value`: every one (`envValues`, the default), else those whose name matches
   one of `namePatterns`;
-- container `args` and `command`: the value of a flag whose name matches (`--db-password=x`,
-  `--token x`), and `name=value` / `name: value` text inside an argument (`sh -c "PASSWORD=x ..."`);
+- container `args` and `command`, and the `exec.command` of its probes and lifecycle hooks: the
+  value of a flag whose name matches (`--db-password=x`, `--token x`, also inside one argument:
+  `sh -c "mysqld --password x"`), and `name=value` / `name: value` text inside an argument
+  (`sh -c "PASSWORD=x ..."`);
+- the `httpGet.httpHeaders` of probes and lifecycle hooks: the value of a header whose name
+  matches, or is Authorization, Proxy-Authorization or Cookie; others as free text;
+- volumes' `flexVolume.options` and `csi.volumeAttributes`: the values of keys that match;
 - annotations and labels: the values of keys that match, or that are listed by name
   (`redactAnnotations`, `redactLabels`); `dropAnnotations` are removed whole (the default drops
   kubectl's last-applied-configuration, which repeats the spec, env included);
@@ -28,6 +33,10 @@ from .config import RedactionConfig
 
 REDACTED = "[redacted]"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+_HOOKS = ("postStart", "preStop")
+# Headers whose whole value is a credential whatever the name patterns say.
+_CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
 
 
 @lru_cache(maxsize=32)
@@ -68,6 +77,17 @@ def _plain_pair(patterns: tuple[str, ...]) -> re.Pattern[str]:
     )
 
 
+@lru_cache(maxsize=32)
+def _flag_then_word(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    # `mysqld --password x` inside one argument (`sh -c "..."`): the word after a secret flag,
+    # quoted or not; a following flag is not a value.
+    return re.compile(
+        rf"((?<![\w\-])-{{1,2}}[\w.\-]*(?:{_names(patterns).pattern})[\w.\-]*[ \t]+)"
+        rf"({re.escape(REDACTED)}|'[^'\n]*'|\"[^\"\n]*\"|[^\s\"'`;&|\\\-][^\s\"'`;&|]*)",
+        re.IGNORECASE,
+    )
+
+
 def redact_text(text: str, rules: RedactionConfig) -> str:
     """`text` with every secret the rules recognise replaced by [redacted]."""
     if not text:
@@ -92,10 +112,18 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
         text = _QUOTED_PAIR.sub(quoted_pair, text)
     if "=" in text or ":" in text:
         text = _plain_pair(rules.name_patterns).sub(rf"\g<1>{REDACTED}", text)
+    if "-" in text:
+        text = _flag_then_word(rules.name_patterns).sub(rf"\g<1>{REDACTED}", text)
     text = _CREDENTIAL.sub(rf"\1\2{REDACTED}", text)
     if "://" in text:
         text = _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
     return text
+
+
+def url_without_password(url: str) -> str:
+    """`url` with the password of its userinfo replaced (`http://user:[redacted]@host/`): a
+    backend's urlPrefix may carry Basic-auth credentials, and its URL is shown and copied out."""
+    return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", url) if "@" in url else url
 
 
 def bounded_text(text: str, rules: RedactionConfig, limit: int, margin: int | None = None) -> str:
@@ -127,8 +155,8 @@ _EDGE = 256  # redacted beyond the cut, so a secret across it is still recognise
 
 
 def redact_free_text(value: Any, rules: RedactionConfig, budget: int = FREE_TEXT_REDACT_MAX) -> Any:
-    """A reply's free-text field redacted: a string, or each string of a map (FailedNodes);
-    anything else is not what the scheduler reads there, and is kept. At most `budget`
+    """A reply's free-text field redacted: every string in it (Error, each reason of
+    FailedNodes, any string of a field a backend added), keys aside. At most `budget`
     characters are redacted; the rest of each string is cut off, with a note of how much."""
     left = budget
 
@@ -141,11 +169,16 @@ def redact_free_text(value: Any, rules: RedactionConfig, budget: int = FREE_TEXT
         note = f"[{len(text) - kept} more characters not kept: too long to redact]"
         return f"{bounded_text(text, rules, kept, _EDGE)} {note}" if kept else note
 
-    if isinstance(value, str):
-        return one(value)
-    if isinstance(value, dict):
-        return {key: one(text) if isinstance(text, str) else text for key, text in value.items()}
-    return value
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return one(item)
+        if isinstance(item, list):
+            return [walk(each) for each in item]
+        if isinstance(item, dict):
+            return {key: walk(each) for key, each in item.items()}
+        return item
+
+    return walk(value)
 
 
 _ANY_VALUE = re.compile(r'("value"\s*:\s*")((?:[^"\\]|\\.)*)(")')
@@ -174,7 +207,9 @@ def redact_raw(raw: bytes, rules: RedactionConfig) -> tuple[bytes, list[str]]:
     they are around what is replaced. Of bytes that need redacting, only the first
     RAW_REDACT_MAX are kept.
     """
-    if not needs_redaction(raw, rules):
+    # Both byte tests: a text reply holding only a credential (`Basic <base64>`) has none of the
+    # names needs_redaction looks for.
+    if not (needs_redaction(raw, rules) or text_needs_redaction(raw, rules)):
         return raw, []
     marks = [RAW_MARK_TEXT]
     cut = len(raw) > RAW_REDACT_MAX
@@ -217,11 +252,48 @@ def redact_object(obj: Any, rules: RedactionConfig) -> Any:
         for key in _CONTAINER_LISTS:
             for container in spec.get(key) or ():
                 if isinstance(container, dict):
-                    _redact_env(container.get("env"), rules.env_values, names)
-                    for field in ("args", "command"):
-                        if isinstance(container.get(field), list):
-                            container[field] = redact_args(container[field], rules)
+                    _redact_container(container, rules, names)
+        for volume in spec.get("volumes") or ():
+            for source, field in (("flexVolume", "options"), ("csi", "volumeAttributes")):
+                given = volume.get(source) if isinstance(volume, dict) else None
+                if isinstance(given, dict):
+                    _redact_map(given, field, (), (), names, rules)
     return obj
+
+
+def _redact_container(container: dict, rules: RedactionConfig, names: re.Pattern[str]) -> None:
+    _redact_env(container.get("env"), rules.env_values, names)
+    for field in ("args", "command"):
+        if isinstance(container.get(field), list):
+            container[field] = redact_args(container[field], rules)
+    # Probes and lifecycle hooks run commands and send headers of their own: the same secrets
+    # are written there (`mysql --password x` as a postStart hook, `Authorization: Bearer x`).
+    handlers = [container.get(probe) for probe in _PROBES]
+    lifecycle = container.get("lifecycle")
+    if isinstance(lifecycle, dict):
+        handlers += [lifecycle.get(hook) for hook in _HOOKS]
+    for handler in handlers:
+        if not isinstance(handler, dict):
+            continue
+        run = handler.get("exec")
+        if isinstance(run, dict) and isinstance(run.get("command"), list):
+            run["command"] = redact_args(run["command"], rules)
+        http = handler.get("httpGet")
+        if isinstance(http, dict):
+            if isinstance(http.get("path"), str):
+                http["path"] = redact_text(http["path"], rules)  # /healthz?token=x
+            _redact_headers(http.get("httpHeaders"), rules, names)
+
+
+def _redact_headers(headers: Any, rules: RedactionConfig, names: re.Pattern[str]) -> None:
+    for header in headers if isinstance(headers, list) else ():
+        if not isinstance(header, dict) or header.get("value") in (None, "") or not isinstance(header["value"], str):
+            continue
+        name = str(header.get("name") or "")
+        if name.lower() in _CREDENTIAL_HEADERS or names.search(name):
+            header["value"] = REDACTED
+        else:
+            header["value"] = redact_text(header["value"], rules)
 
 
 def redact_args(args: list[Any], rules: RedactionConfig) -> list[Any]:
@@ -300,4 +372,5 @@ def needs_redaction(raw: bytes, rules: RedactionConfig) -> bool:
     pattern, lowered = _names_bytes(rules.name_patterns)
     if pattern.search(raw.lower() if lowered else raw):
         return True
-    return b'"env"' in raw or b'"args"' in raw or b'"command"' in raw or b"://" in raw
+    return (b'"env"' in raw or b'"args"' in raw or b'"command"' in raw or b"://" in raw
+            or b'"httpHeaders"' in raw)

@@ -318,9 +318,17 @@ def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> by
             }
         except msgspec.DecodeError:
             pass  # not a NodeList: keep the value as received
-    for name in bodyformat.TEXT_FIELDS:  # as the spliced form redacts them
-        text_key = go_key(envelope, name)
-        if text_key is not None and (redacted := nodes.redact_field(name, bytes(envelope[text_key]))):
+    objects = {found for name in ("Nodes",) + bodyformat.OBJECT_FIELDS if (found := go_key(envelope, name))}
+    other = 0
+    for text_key in out:  # every other field as free text, as the spliced form redacts them
+        field = next((n for n in bodyformat.TEXT_FIELDS if go_key((text_key,), n)), None)
+        if text_key in objects:
+            continue
+        value = bytes(envelope[text_key])
+        other += 0 if field else len(value)
+        if other > bodyformat.OTHER_FIELDS_REDACT_MAX:
+            out[text_key] = msgspec.Raw(bodyformat.too_long(value)[0])
+        elif redacted := nodes.redact_field(field or text_key, value):
             out[text_key] = msgspec.Raw(redacted[0])
     victims_key = go_key(envelope, "NodeNameToVictims")
     if victims_key is not None:

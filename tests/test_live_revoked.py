@@ -1,0 +1,121 @@
+"""An open /ws/live/ socket is closed when its user loses access: logged out, deactivated,
+role taken away, token deleted. Through the real ASGI stack (session and token auth, router)
+with WebsocketCommunicator, on the configured channel layer, as tests/test_live_consumer.py."""
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from extproxy.recorder import LIVE_GROUP
+from tests.test_live_consumer import summary
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True, params=["in-memory", "redis"])
+def layer(request, settings):
+    """Each test on both channel layers: the change is told from a request's thread, the
+    socket listens on the server's loop."""
+    if request.param == "redis":
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                                               "CONFIG": {"hosts": [request.getfixturevalue("redis_url")]}}}
+    assert ("Redis" in type(get_channel_layer()).__name__) == (request.param == "redis")
+    yield request.param
+
+
+@database_sync_to_async
+def viewer(username: str = "v") -> tuple[Client, str, str]:
+    """A viewer logged in (its client and session cookie) and its API token."""
+    from django.contrib.auth.models import Group, User
+    from rest_framework.authtoken.models import Token
+
+    user = User.objects.create_user(username, password="pw")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client = Client()
+    assert client.login(username=username, password="pw")
+    return client, client.cookies["sessionid"].value, Token.objects.create(user=user).key
+
+
+async def open_socket(session: str = "", token: str = "") -> WebsocketCommunicator:
+    from extproxy.asgi import application
+
+    headers = [(b"host", b"localhost"), (b"origin", b"http://localhost")]
+    if session:
+        headers.append((b"cookie", f"sessionid={session}".encode()))
+    communicator = WebsocketCommunicator(application, "/ws/live/" + (f"?token={token}" if token else ""), headers=headers)
+    connected, _ = await communicator.connect()
+    assert connected
+    assert await communicator.receive_json_from() == {"type": "reset"}
+    return communicator
+
+
+async def closed_with(communicator: WebsocketCommunicator) -> int:
+    """The close code the socket gets, with a call published after the change: none reaches it."""
+    await get_channel_layer().group_send(LIVE_GROUP, {"type": "calls.batch", "calls": [summary(1)]})
+    message = await communicator.receive_output(timeout=3)
+    assert message["type"] == "websocket.close", message
+    return message["code"]
+
+
+async def still_open(communicator: WebsocketCommunicator) -> None:
+    await get_channel_layer().group_send(LIVE_GROUP, {"type": "calls.batch", "calls": [summary(2)]})
+    assert (await communicator.receive_json_from(timeout=3))["type"] in ("calls/add", "calls/batch")
+    await communicator.disconnect()
+
+
+def change(action):
+    @database_sync_to_async
+    def apply(client: Client, username: str) -> None:
+        from django.contrib.auth.models import Group, User
+        from rest_framework.authtoken.models import Token
+
+        user = User.objects.get(username=username)
+        if action == "logout":
+            assert client.post("/accounts/logout/").status_code in (200, 302)
+        elif action == "deactivate":
+            user.is_active = False
+            user.save()
+        elif action == "role removed":
+            user.groups.remove(Group.objects.get(name="viewer"))
+        elif action == "roles cleared":
+            user.groups.clear()
+        elif action == "role's permissions cleared":
+            Group.objects.get(name="viewer").permissions.clear()
+        elif action == "token deleted":
+            Token.objects.filter(user=user).delete()
+
+    return apply
+
+
+@pytest.mark.parametrize("action, code", [
+    ("logout", 4401), ("deactivate", 4401), ("role removed", 4403), ("roles cleared", 4403),
+    ("role's permissions cleared", 4403),
+])
+async def test_a_session_socket_is_closed_when_its_user_loses_access(action, code):
+    client, session, _ = await viewer()
+    other_client, other_session, _ = await viewer("w")  # another user's socket stays open
+    socket, other = await open_socket(session=session), await open_socket(session=other_session)
+
+    await change(action)(client, "v")
+
+    assert await closed_with(socket) == code
+    if action != "role's permissions cleared":  # that one takes the role from every viewer
+        await still_open(other)
+
+
+async def test_a_token_socket_is_closed_when_its_token_is_deleted():
+    client, _, token = await viewer()
+    socket = await open_socket(token=token)
+    await change("token deleted")(client, "v")
+    assert await closed_with(socket) == 4401
+
+
+async def test_logging_out_one_session_leaves_the_users_token_socket_open():
+    client, session, token = await viewer()
+    by_session, by_token = await open_socket(session=session), await open_socket(token=token)
+    await change("logout")(client, "v")
+    assert await closed_with(by_session) == 4401
+    await still_open(by_token)
