@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 from django.shortcuts import redirect, render
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 
 from extproxy import copyout
 from extproxy.api.bodies import object_or_404
@@ -90,7 +90,7 @@ def _start_from_form(request, data: dict[str, Any]) -> ReplayRun | dict:
     try:
         data = dict(data, target=_target_from_form(request.POST), allow_bind=bool(request.POST.get("allow_bind")))
         run, status = start(data, request.user, request)
-    except ValidationError as exc:
+    except (ValidationError, NotFound) as exc:  # NotFound: the call to replay is gone (pruned)
         detail = exc.detail if isinstance(exc.detail, dict) else {"replay": exc.detail}
         return {field: _plain(problem) for field, problem in detail.items()}
     if status == 429:

@@ -3,7 +3,8 @@ developer role): a replay sends recorded requests to backends and any URL given.
 
     POST /api/replays/      {"call": id} | {"calls": [ids]} | {"pod": "ns/name"} | {"filters": {...}},
                             "target": {...} (replay/targets.py), "allow_bind": false, "rate": 20,
-                            "wait": false (one call only: answer when done)
+                            "wait": false (one call only: answer when done); a missing call is
+                            a 404, a selection matching no call a 400
     GET  /api/replays/      runs, newest first
     GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=)
     GET  /api/replays/<id>/items/<item>/   one item with its whole diff
@@ -15,7 +16,7 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view, parser_classes, permission_classes
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
@@ -99,6 +100,17 @@ def _selector(data: dict[str, Any]) -> dict[str, Any]:
     return selector
 
 
+def _not_empty(selector: dict[str, Any]) -> None:
+    """Refuse a selection of no call (checked last, after the shape of every field): a run of
+    0 calls would report success, and a CI gate pointed at a pruned call pass green."""
+    if select_calls(selector).exists():
+        return
+    [(key, value)] = selector.items()
+    if key == "call":
+        raise NotFound({"call": f"no recorded call {value}"})
+    raise ValidationError({key: "matches no recorded call"})
+
+
 def _is_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID
 
@@ -141,8 +153,10 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
     wait = bool(data.get("wait"))
     if wait and "call" not in selector:
         raise ValidationError({"wait": "only for one call; a batch runs in the background"})
+    rate = _rate(data)
+    _not_empty(selector)
     run = ReplayRun.objects.create(
-        created_by=user, selector=selector, target=target, allow_bind=bool(data.get("allow_bind")), rate=_rate(data),
+        created_by=user, selector=selector, target=target, allow_bind=bool(data.get("allow_bind")), rate=rate,
     )
     audit(request, Action.REPLAY, target=f"replay {run.pk}", user=user,
           detail={"selector": selector, "target": target, "allow_bind": run.allow_bind})

@@ -8,7 +8,8 @@ EXTPROXY_CONFIG), or it with one backend replaced by --url (with its verbs, mode
 or by a policy (--policy NAME, --rules FILE).
 
 Progress goes to stderr, the summary table (or --json) to stdout. Exit status: 0 nothing
-changed, 1 decisions changed, 2 a call could not be replayed or the arguments are wrong.
+changed, 1 decisions changed, 2 a call could not be replayed, no call was replayed (a gate
+that compared nothing has not passed) or the arguments are wrong.
 """
 from __future__ import annotations
 
@@ -55,7 +56,9 @@ class Summary:
 
     @property
     def status(self) -> int:
-        return 2 if self.errors else 1 if self.changed else 0
+        # No call replayed (none selected, a pruned call, an empty fixture file, only binds
+        # skipped): the gate compared nothing, which is not "nothing changed".
+        return 2 if self.errors or not self.replayed else 1 if self.changed else 0
 
     def to_json(self) -> dict[str, Any]:
         return {"total": self.total, "replayed": self.replayed, "changed": self.changed, "errors": self.errors,
@@ -132,6 +135,8 @@ class Command(BaseCommand):
         else:
             self.from_database(options, target, config, summary)
         self.report(summary, options["json"])
+        if not summary.replayed:
+            self.stderr.write("no call was replayed: nothing was compared")
         sys.stdout.flush()
         if summary.status:
             sys.exit(summary.status)
