@@ -77,10 +77,17 @@ def _target_from_form(post) -> dict[str, Any]:
     for field, key in TARGET_FIELDS.items():
         value = post.get(field, "").strip()
         if value:
-            target[key] = int(value) if key == "weight" and value.lstrip("-").isdigit() else value
+            target[key] = _number(value) if key == "weight" else value
     if post.get("node_cache_capable") in ("true", "false"):
         target["nodeCacheCapable"] = post["node_cache_capable"] == "true"
     return target
+
+
+def _number(value: str) -> int | str:
+    """An ASCII integer as int; anything else as given, for the target check to refuse with the
+    field's name (str.isdigit() takes '²', which int() does not: that was a 500)."""
+    digits = value[1:] if value.startswith("-") else value
+    return int(value) if digits.isascii() and digits.isdecimal() else value
 
 
 def _start_from_form(request, data: dict[str, Any]) -> ReplayRun | dict:
@@ -112,8 +119,8 @@ def _plain(detail: Any) -> str:
 def replays(request):
     if request.method == "POST":
         data: dict[str, Any]
-        if request.POST.get("call", "").isdigit():  # one call, from its page: done before answering
-            data = {"call": int(request.POST["call"]), "wait": True}
+        if "call" in request.POST:  # one call, from its page: done before answering
+            data = {"call": _number(request.POST["call"].strip()), "wait": True}  # not a number: "call" refused
         else:
             filters = {k: request.POST[k] for k in FILTER_FIELDS if request.POST.get(k, "").strip()}
             data = {"filters": filters}

@@ -43,3 +43,42 @@ def test_a_selection_of_no_call_is_refused_not_reported_as_unchanged(one_filter)
     code, _, err = replay("--config", path, "--call", str(missing))
     assert code == 2, err
     assert replay("--config", path, "--call", str(call["id"]), "--no-record")[0] == 0  # still fine when found
+
+
+def test_a_malformed_single_document_fixture_file_exits_2_with_the_reason(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{\n  "extproxy_fixture": 1,\n  "call": {oops}\n}\n')
+
+    code, out, err = replay("--fixtures", str(bad))
+
+    assert code == 2 and "bad.json: not a fixture" in err and "Traceback" not in err, out + err
+
+
+def test_the_replay_form_refuses_odd_digits_with_the_field(one_filter):
+    server, _, call = one_filter
+    developer = logged_in("developer")
+    for form, field in [
+        ({"call": "²", "target_kind": "configured"}, "call"),
+        ({"call": "-", "target_kind": "configured"}, "call"),
+        ({"call": call["id"], "target_kind": "url", "url": server.url + "/x", "weight": "²"}, "weight"),
+        ({"verb": "filter", "target_kind": "url", "url": server.url + "/x", "weight": "٣"}, "weight"),
+    ]:
+        page = developer.post("/replays/", form)
+        assert page.status_code == 400 and field in page.content.decode(), (form, page.content[:300])
+    assert ReplayRun.objects.count() == 0
+    started = developer.post("/replays/", {"call": str(call["id"]), "target_kind": "url", "url": server.url + "/x",
+                                           "filter_verb": "filter", "weight": "3"})
+    assert started.status_code == 302 and ReplayRun.objects.get().target["weight"] == 3
+
+
+@pytest.mark.parametrize("value,changed_only", [("0", False), ("false", False), ("", False), ("1", True), ("true", True)])
+def test_the_changed_flag_of_a_run_means_what_it_says(one_filter, value, changed_only):
+    server, _, call = one_filter
+    developer = user_client("developer")
+    run = developer.post(server.url + "/api/replays/", json={"call": call["id"], "wait": True}).json()
+    assert run["changed"] == 0 and len(run["items"]) == 1
+
+    items = developer.get(server.url + f"/api/replays/{run['id']}/?changed={value}").json()["items"]
+    assert len(items) == (0 if changed_only else 1)
+    refused = developer.get(server.url + f"/api/replays/{run['id']}/?changed=maybe")
+    assert refused.status_code == 400 and "changed" in refused.json()

@@ -27,12 +27,13 @@ from ..replay.runner import item_diff, run_replay, select_calls
 from ..replay.targets import TargetError, check
 from ..replay.worker import get_worker
 from ..roles import Perm
-from .bodies import MAX_ID, object_or_404
+from .bodies import MAX_ID, TRUE, flag, object_or_404
 from .permissions import needs
 
 MAX_RATE = 200.0  # calls per second a run may ask for
 DEFAULT_RATE = 20.0
 ITEMS_PAGE = 200
+FALSE = ("", "0", "false", "no", "off")
 FILTER_KEYS = {"pod", "namespace", "pod_uid", "verb", "backend", "outcome", "attempt", "since", "until"}
 
 
@@ -176,7 +177,10 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
 def replay_detail(request, pk: int):
     run = object_or_404(ReplayRun, pk=pk)
     items = run.items.all()
-    if request.query_params.get("changed"):
+    changed = request.query_params.get("changed") or ""
+    if changed.lower() not in TRUE + FALSE:  # "?changed=0" once meant changed only: say so
+        raise ValidationError({"changed": f"one of {', '.join(TRUE + FALSE)}"})
+    if flag(request.query_params, "changed"):
         items = items.filter(changed=True)
     try:
         offset = max(0, int(request.query_params.get("offset") or 0))

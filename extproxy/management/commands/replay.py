@@ -73,7 +73,11 @@ def read_fixtures(path: str) -> Iterator[dict[str, Any]]:
         rest = handle.read(1)
         handle.seek(0)
         if rest and not first.strip().endswith("}"):  # one indented JSON document
-            yield json.load(handle)
+            try:
+                document = json.load(handle)
+            except ValueError as exc:  # not "decisions changed" (exit 1) with a traceback
+                raise CommandError(f"{path}: not a fixture: {exc}", returncode=2) from None
+            yield document
             return
         for number, line in enumerate(handle, 1):
             if line.strip():
