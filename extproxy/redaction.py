@@ -98,6 +98,12 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
     return text
 
 
+def url_password_redacted(url: str) -> str:
+    """`url` with the password of its user part (`http://user:secret@host/`) redacted: for
+    showing or auditing a URL that is still used, unredacted, where it is called."""
+    return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", url) if "://" in url else url
+
+
 def bounded_text(text: str, rules: RedactionConfig, limit: int, margin: int | None = None) -> str:
     """`text` redacted and cut to `limit` characters. Only `limit + margin` characters (by
     default twice the limit) are redacted: the patterns cost 0.1-0.5 s of CPU a MiB and a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from extproxy.models import ReplayRun
+from extproxy.models import AuditEvent, ReplayRun
 from tests.conftest import fixture_bytes, pass_all
 from tests.test_per_backend import config_for, post
 from tests.test_replay import NAMES, recorded, user_client
@@ -82,3 +82,26 @@ def test_the_changed_flag_of_a_run_means_what_it_says(one_filter, value, changed
     assert len(items) == (0 if changed_only else 1)
     refused = developer.get(server.url + f"/api/replays/{run['id']}/?changed=maybe")
     assert refused.status_code == 400 and "changed" in refused.json()
+
+
+def test_a_target_urls_password_is_never_shown_nor_audited(backend_server, one_filter, admin_client):
+    server, path, call = one_filter
+    other = backend_server({"filter": pass_all})
+    secret_url = other.url.replace("http://", "http://dev:hunter2@")
+    developer = user_client("developer")
+
+    run = developer.post(server.url + "/api/replays/", json={
+        "call": call["id"], "wait": True, "target": {"kind": "url", "url": secret_url, "filterVerb": "filter"}}).json()
+    assert run["status"] == "done" and run["errors"] == 0 and len(other.received) == 1  # the secret still reached it
+    assert replay("--config", path, "--call", str(call["id"]), "--url", secret_url, "--filter-verb", "filter")[0] == 0
+
+    shown = [
+        developer.get(server.url + "/api/replays/").text,
+        developer.get(server.url + f"/api/replays/{run['id']}/").text,
+        admin_client.get(server.url + "/api/audit/").text,
+    ]
+    pages = logged_in("developer")
+    shown += [pages.get("/replays/").content.decode(), pages.get(f"/replays/{run['id']}/").content.decode()]
+    for text in shown:
+        assert "hunter2" not in text and "dev:[redacted]@127.0.0.1" in text, text[:500]
+    assert all(r.target["url"] == secret_url for r in ReplayRun.objects.all())  # kept where the runner reads it

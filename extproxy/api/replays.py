@@ -47,7 +47,7 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
         "created_at": run.created_at.isoformat().replace("+00:00", "Z"),
         "created_by": run.created_by.username if run.created_by else None,
         "selector": run.selector,
-        "target": run.target,
+        "target": run.shown_target,
         "allow_bind": run.allow_bind,
         "rate": run.rate,
         "total": run.total,
@@ -160,7 +160,7 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
         created_by=user, selector=selector, target=target, allow_bind=bool(data.get("allow_bind")), rate=rate,
     )
     audit(request, Action.REPLAY, target=f"replay {run.pk}", user=user,
-          detail={"selector": selector, "target": target, "allow_bind": run.allow_bind})
+          detail={"selector": selector, "target": run.shown_target, "allow_bind": run.allow_bind})
     if wait:
         run_replay(run)
         return run, 201

@@ -197,7 +197,7 @@ class Command(BaseCommand):
             run = ReplayRun.objects.create(selector=selector, target=target, allow_bind=options["allow_bind"],
                                            rate=options["rate"])
             audit(None, Action.REPLAY, target=f"replay {run.pk}", actor=_os_user(), source="cli",
-                  detail={"selector": selector, "target": target, "allow_bind": run.allow_bind})
+                  detail={"selector": selector, "target": run.shown_target, "allow_bind": run.allow_bind})
 
             def on_result(result: Result) -> None:
                 summary.add(result)
