@@ -105,3 +105,26 @@ def test_a_target_urls_password_is_never_shown_nor_audited(backend_server, one_f
     for text in shown:
         assert "hunter2" not in text and "dev:[redacted]@127.0.0.1" in text, text[:500]
     assert all(r.target["url"] == secret_url for r in ReplayRun.objects.all())  # kept where the runner reads it
+
+
+def _bomb(levels: int) -> str:
+    lines = ["rules: [{kind: requiredLabels, selector: example.com/gpu.product}]", "description:",
+             '  - &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"  - &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_policy_rules_with_aliases_or_past_the_bound_are_refused(one_filter):
+    server, _, call = one_filter
+    pages = logged_in("developer")
+    rules = "rules: [{kind: requiredLabels, selector: example.com/gpu.product}]\n"
+    for text, reason in [(_bomb(6), "aliases"), (rules + "#" * 70_000 + "\n", "at most 65536 characters")]:
+        page = pages.post("/replays/", {"call": call["id"], "target_kind": "policy", "rules": text})
+        assert page.status_code == 400 and reason in page.content.decode(), page.content[:400]
+    described = {"kind": "policy", "rules": {"rules": [{"kind": "requiredLabels", "selector": "a"}], "description": "x" * 70_000}}
+    api = user_client("developer").post(server.url + "/api/replays/", json={"call": call["id"], "target": described})
+    assert api.status_code == 400 and "at most 65536 bytes" in api.json()["target"], api.text
+    assert ReplayRun.objects.count() == 0 and AuditEvent.objects.filter(action="replay").count() == 0
+
+    started = pages.post("/replays/", {"call": call["id"], "target_kind": "policy", "rules": rules})
+    assert started.status_code == 302 and ReplayRun.objects.get().target["rules"]["rules"][0]["kind"] == "requiredLabels"

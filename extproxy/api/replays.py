@@ -12,6 +12,7 @@ developer role): a replay sends recorded requests to backends and any URL given.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -32,6 +33,7 @@ from .permissions import needs
 
 MAX_RATE = 200.0  # calls per second a run may ask for
 DEFAULT_RATE = 20.0
+MAX_TARGET_BYTES = 64 * 1024  # a target (policy rules included) as stored and audited
 ITEMS_PAGE = 200
 FALSE = ("", "0", "false", "no", "off")
 FILTER_KEYS = {"pod", "namespace", "pod_uid", "verb", "backend", "outcome", "attempt", "since", "until"}
@@ -151,6 +153,10 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
         target = check(data.get("target") or {"kind": "configured"}, get_engine().config.policies)
     except TargetError as exc:
         raise ValidationError({"target": str(exc)}) from None
+    # The target is stored with the run and in the audit trail: its size is bounded, whatever
+    # it holds (policy rules, a description).
+    if len(json.dumps(target)) > MAX_TARGET_BYTES:
+        raise ValidationError({"target": f"at most {MAX_TARGET_BYTES} bytes as JSON"})
     wait = bool(data.get("wait"))
     if wait and "call" not in selector:
         raise ValidationError({"wait": "only for one call; a batch runs in the background"})
