@@ -26,7 +26,7 @@ from ..engine import get_engine
 from ..models import ReplayItem, ReplayRun
 from ..replay.runner import item_diff, run_replay, select_calls
 from ..replay.targets import TargetError, check
-from ..replay.worker import get_worker
+from ..replay.worker import beating, get_worker
 from ..roles import Perm
 from .bodies import MAX_ID, TRUE, flag, object_or_404
 from .permissions import needs
@@ -168,7 +168,8 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
     audit(request, Action.REPLAY, target=f"replay {run.pk}", user=user,
           detail={"selector": selector, "target": run.shown_target, "allow_bind": run.allow_bind})
     if wait:
-        run_replay(run)
+        with beating(run.pk):  # a live watcher would take it for a dead process's run
+            run_replay(run)
         return run, 201
     if not get_worker().submit(run.pk):
         run.status, run.error = "failed", "too many replays waiting; try again later"

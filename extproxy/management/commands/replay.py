@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError
 from extproxy.audit import Action, audit
 from extproxy.replay.runner import Original, Replayer, Result, run_replay, select_calls
 from extproxy.replay.targets import TargetError, check
+from extproxy.replay.worker import beating
 
 SHOW_CHANGED = 20
 
@@ -203,7 +204,8 @@ class Command(BaseCommand):
                 summary.add(result)
                 bar.step(summary)
 
-            run_replay(run, config=config, on_result=on_result)
+            with beating(run.pk):  # the server's watcher takes a run without a heartbeat for a dead one
+                run_replay(run, config=config, on_result=on_result)
             if run.status == "failed":
                 raise CommandError(f"replay run {run.pk} failed: {run.error}", returncode=2)
             self.stderr.write(f"recorded as replay run {run.pk}")
