@@ -10,13 +10,15 @@ extproxy.bodies and extproxy.copyout; rendering is autoescaped.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import yaml
+from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import NotFound, ValidationError
 
 from extproxy import copyout
-from extproxy.api.bodies import object_or_404
+from extproxy.api.bodies import MAX_ID, object_or_404
 from extproxy.bodies import request_of, response_of
 from extproxy.models import Call, Outcome, ReplayRun, Verb
 from extproxy.replay.runner import item_diff
@@ -158,15 +160,30 @@ def replays(request):
 def replay(request, pk: int):
     run = object_or_404(ReplayRun, pk=pk)
     kind = request.GET.get("kind", "")
+    offset_text = request.GET.get("offset") or "0"
+    if not (offset_text.isascii() and offset_text.isdecimal() and int(offset_text) <= MAX_ID):
+        return HttpResponseBadRequest(f"offset: a whole number from 0 to {MAX_ID}", content_type="text/plain")
+    offset = int(offset_text)
     items = run.items.filter(changed=True) if kind or request.GET.get("changed") else run.items.all()
     shown = []
-    for item in items.iterator(chunk_size=200):
-        if kind and kind not in item.kinds:
-            continue
-        shown.append({"item": item, "diff": item_diff(item)})
-        if len(shown) >= ITEMS_SHOWN:
-            break
-    context = {"run": run, "items": shown, "kind": kind, "counts": sorted(run.counts.items()),
+    if kind:  # a kind is a key of each item's kinds: matched here, its number is in the run's counts
+        total, skipped = run.counts.get(kind, 0), 0
+        for item in items.iterator(chunk_size=200):
+            if kind not in item.kinds:
+                continue
+            skipped += 1
+            if skipped > offset:
+                shown.append({"item": item, "diff": item_diff(item)})
+                if len(shown) >= ITEMS_SHOWN:
+                    break
+    else:
+        total = items.count()
+        shown = [{"item": item, "diff": item_diff(item)} for item in items[offset : offset + ITEMS_SHOWN]]
+    query = {k: request.GET[k] for k in ("kind", "changed") if request.GET.get(k)}
+    page = {"first": offset + 1, "last": offset + len(shown), "total": total, "paged": offset > 0 or total > len(shown),
+            "previous": urlencode(dict(query, offset=max(0, offset - ITEMS_SHOWN))) if offset else "",
+            "next": urlencode(dict(query, offset=offset + ITEMS_SHOWN)) if offset + len(shown) < total else ""}
+    context = {"run": run, "items": shown, "kind": kind, "counts": sorted(run.counts.items()), "page": page,
                "running": run.status in ("queued", "running")}
     if request.htmx and request.htmx.target == "progress":
         response = render(request, "dashboard/_replay_progress.html", context)
