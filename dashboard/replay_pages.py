@@ -159,6 +159,11 @@ def replays(request):
 @replay_required
 def replay(request, pk: int):
     run = object_or_404(ReplayRun, pk=pk)
+    if request.method == "POST" and "cancel" in request.POST:  # the page's Cancel button (CSRF-checked)
+        from extproxy.api.replays import cancel
+
+        cancel(run, request.user, request)  # a run that has just ended: the page shows how
+        return redirect("dashboard:replay", pk=run.pk)
     kind = request.GET.get("kind", "")
     offset_text = request.GET.get("offset") or "0"
     if not (offset_text.isascii() and offset_text.isdecimal() and int(offset_text) <= MAX_ID):

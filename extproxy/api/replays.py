@@ -8,6 +8,8 @@ developer role): a replay sends recorded requests to backends and any URL given.
     GET  /api/replays/      runs, newest first
     GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=)
     GET  /api/replays/<id>/items/<item>/   one item with its whole diff
+    POST /api/replays/<id>/cancel/   stop a queued or running run (between calls; audited);
+                            409 when it has ended. GET: whether it can still be cancelled
     GET  /api/shadows/      the shadow backends' live diff against their primaries (any role)
 """
 from __future__ import annotations
@@ -24,7 +26,8 @@ from rest_framework.response import Response
 from ..audit import Action, audit
 from ..engine import get_engine
 from ..models import ReplayItem, ReplayRun
-from ..replay.runner import item_diff, run_replay, select_calls
+from ..replay.runner import MAX_CALLS_PER_RUN, item_diff, run_replay, select_calls
+from ..replay.cancel import request_cancel
 from ..replay.targets import TargetError, check
 from ..replay.worker import beating, get_worker
 from ..roles import Perm
@@ -33,6 +36,7 @@ from .permissions import needs
 
 MAX_RATE = 200.0  # calls per second a run may ask for
 DEFAULT_RATE = 20.0
+MAX_RUN_SECONDS = 6 * 3600  # the longest a run may take at the rate it asks for
 MAX_TARGET_BYTES = 64 * 1024  # a target (policy rules included) as stored and audited
 ITEMS_PAGE = 200
 FALSE = ("", "0", "false", "no", "off")
@@ -162,6 +166,11 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
         raise ValidationError({"wait": "only for one call; a batch runs in the background"})
     rate = _rate(data)
     _not_empty(selector)
+    # A run holds the process's only worker: a rate that would hold it for days is refused.
+    calls = min(select_calls(selector).count(), MAX_CALLS_PER_RUN)
+    if calls / rate > MAX_RUN_SECONDS:
+        raise ValidationError({"rate": f"{calls} calls at {rate:g}/s would take more than {MAX_RUN_SECONDS // 3600} h; "
+                                       f"at least {calls / MAX_RUN_SECONDS:.3g} calls/s"})
     run = ReplayRun.objects.create(
         created_by=user, selector=selector, target=target, allow_bind=bool(data.get("allow_bind")), rate=rate,
     )
@@ -197,6 +206,29 @@ def replay_detail(request, pk: int):
         raise ValidationError({"offset": f"at most {MAX_ID}"})
     page = [item_to_json(i) for i in items[offset : offset + ITEMS_PAGE]]
     return Response(dict(run_to_json(run), items=page, items_offset=offset, items_page=ITEMS_PAGE))
+
+
+@extend_schema(methods=["GET"], responses={200: dict}, operation_id="replay_cancel_retrieve")
+@extend_schema(methods=["POST"], request=None, responses={200: dict, 409: dict}, operation_id="replay_cancel")
+@api_view(["GET", "POST"])
+@permission_classes([CanReplay])
+def replay_cancel(request, pk: int):
+    run = object_or_404(ReplayRun, pk=pk)
+    if request.method == "GET":
+        return Response({"cancellable": run.status in ("queued", "running"), "run": run_to_json(run)})
+    if not cancel(run, request.user, request):
+        return Response({"detail": f"replay {pk} has ended ({run.status}) or is being cancelled"}, status=409)
+    run.refresh_from_db()
+    return Response(run_to_json(run))
+
+
+def cancel(run: ReplayRun, user, request=None) -> bool:
+    """Ask a run to stop (the runner stops between calls); audited. False when it has ended."""
+    if not request_cancel(run.pk, user.username):
+        return False
+    audit(request, Action.REPLAY_CANCELLED, target=f"replay {run.pk}", user=user,
+          detail={"status": run.status, "done": run.done, "total": run.total})
+    return True
 
 
 @extend_schema(responses={200: dict}, operation_id="replay_item_retrieve")

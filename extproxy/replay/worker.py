@@ -83,7 +83,9 @@ class Worker:
             run_id = self._queue.get()
             close_old_connections()
             try:
-                run_replay(ReplayRun.objects.get(pk=run_id))
+                run = ReplayRun.objects.get(pk=run_id)
+                if run.status == "queued":  # not one cancelled while it waited
+                    run_replay(run)
             except Exception:  # one run's failure must not stop the worker
                 log.exception("replay run %s could not be carried out", run_id)
             finally:
