@@ -10,13 +10,15 @@ extproxy.bodies and extproxy.copyout; rendering is autoescaped.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import yaml
+from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 
 from extproxy import copyout
-from extproxy.api.bodies import object_or_404
+from extproxy.api.bodies import MAX_ID, object_or_404
 from extproxy.bodies import request_of, response_of
 from extproxy.models import Call, Outcome, ReplayRun, Verb
 from extproxy.replay.runner import item_diff
@@ -61,6 +63,19 @@ FILTER_FIELDS = ("since", "until", "backend", "verb", "outcome", "namespace", "p
 ITEMS_SHOWN = 200
 
 
+MAX_RULES_TEXT = 64 * 1024  # characters of policy rules posted from the form
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without aliases: nested aliases expand as the target is stored and audited
+    (225 posted bytes became 53 KB, 317 became 4.3 MB). A policy has no use for them."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed", self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
 def _target_from_form(post) -> dict[str, Any]:
     kind = post.get("target_kind") or "configured"
     target: dict[str, Any] = {"kind": kind}
@@ -68,8 +83,10 @@ def _target_from_form(post) -> dict[str, Any]:
         target["url"] = post.get("url", "")
     elif kind == "policy":
         if post.get("rules", "").strip():
+            if len(post["rules"]) > MAX_RULES_TEXT:
+                raise ValidationError({"rules": f"at most {MAX_RULES_TEXT} characters"})
             try:
-                target["rules"] = yaml.safe_load(post["rules"])
+                target["rules"] = yaml.load(post["rules"], Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
             except yaml.YAMLError as exc:
                 raise ValidationError({"rules": f"not YAML or JSON: {exc}"}) from None
         else:
@@ -77,10 +94,17 @@ def _target_from_form(post) -> dict[str, Any]:
     for field, key in TARGET_FIELDS.items():
         value = post.get(field, "").strip()
         if value:
-            target[key] = int(value) if key == "weight" and value.lstrip("-").isdigit() else value
+            target[key] = _number(value) if key == "weight" else value
     if post.get("node_cache_capable") in ("true", "false"):
         target["nodeCacheCapable"] = post["node_cache_capable"] == "true"
     return target
+
+
+def _number(value: str) -> int | str:
+    """An ASCII integer as int; anything else as given, for the target check to refuse with the
+    field's name (str.isdigit() takes '²', which int() does not: that was a 500)."""
+    digits = value[1:] if value.startswith("-") else value
+    return int(value) if digits.isascii() and digits.isdecimal() else value
 
 
 def _start_from_form(request, data: dict[str, Any]) -> ReplayRun | dict:
@@ -90,7 +114,7 @@ def _start_from_form(request, data: dict[str, Any]) -> ReplayRun | dict:
     try:
         data = dict(data, target=_target_from_form(request.POST), allow_bind=bool(request.POST.get("allow_bind")))
         run, status = start(data, request.user, request)
-    except ValidationError as exc:
+    except (ValidationError, NotFound) as exc:  # NotFound: the call to replay is gone (pruned)
         detail = exc.detail if isinstance(exc.detail, dict) else {"replay": exc.detail}
         return {field: _plain(problem) for field, problem in detail.items()}
     if status == 429:
@@ -112,8 +136,8 @@ def _plain(detail: Any) -> str:
 def replays(request):
     if request.method == "POST":
         data: dict[str, Any]
-        if request.POST.get("call", "").isdigit():  # one call, from its page: done before answering
-            data = {"call": int(request.POST["call"]), "wait": True}
+        if "call" in request.POST:  # one call, from its page: done before answering
+            data = {"call": _number(request.POST["call"].strip()), "wait": True}  # not a number: "call" refused
         else:
             filters = {k: request.POST[k] for k in FILTER_FIELDS if request.POST.get(k, "").strip()}
             data = {"filters": filters}
@@ -135,16 +159,36 @@ def replays(request):
 @replay_required
 def replay(request, pk: int):
     run = object_or_404(ReplayRun, pk=pk)
+    if request.method == "POST" and "cancel" in request.POST:  # the page's Cancel button (CSRF-checked)
+        from extproxy.api.replays import cancel
+
+        cancel(run, request.user, request)  # a run that has just ended: the page shows how
+        return redirect("dashboard:replay", pk=run.pk)
     kind = request.GET.get("kind", "")
+    offset_text = request.GET.get("offset") or "0"
+    if not (offset_text.isascii() and offset_text.isdecimal() and int(offset_text) <= MAX_ID):
+        return HttpResponseBadRequest(f"offset: a whole number from 0 to {MAX_ID}", content_type="text/plain")
+    offset = int(offset_text)
     items = run.items.filter(changed=True) if kind or request.GET.get("changed") else run.items.all()
     shown = []
-    for item in items.iterator(chunk_size=200):
-        if kind and kind not in item.kinds:
-            continue
-        shown.append({"item": item, "diff": item_diff(item)})
-        if len(shown) >= ITEMS_SHOWN:
-            break
-    context = {"run": run, "items": shown, "kind": kind, "counts": sorted(run.counts.items()),
+    if kind:  # a kind is a key of each item's kinds: matched here, its number is in the run's counts
+        total, skipped = run.counts.get(kind, 0), 0
+        for item in items.iterator(chunk_size=200):
+            if kind not in item.kinds:
+                continue
+            skipped += 1
+            if skipped > offset:
+                shown.append({"item": item, "diff": item_diff(item)})
+                if len(shown) >= ITEMS_SHOWN:
+                    break
+    else:
+        total = items.count()
+        shown = [{"item": item, "diff": item_diff(item)} for item in items[offset : offset + ITEMS_SHOWN]]
+    query = {k: request.GET[k] for k in ("kind", "changed") if request.GET.get(k)}
+    page = {"first": offset + 1, "last": offset + len(shown), "total": total, "paged": offset > 0 or total > len(shown),
+            "previous": urlencode(dict(query, offset=max(0, offset - ITEMS_SHOWN))) if offset else "",
+            "next": urlencode(dict(query, offset=offset + ITEMS_SHOWN)) if offset + len(shown) < total else ""}
+    context = {"run": run, "items": shown, "kind": kind, "counts": sorted(run.counts.items()), "page": page,
                "running": run.status in ("queued", "running")}
     if request.htmx and request.htmx.target == "progress":
         response = render(request, "dashboard/_replay_progress.html", context)

@@ -37,6 +37,7 @@ class Action:
     EXPORT = "export"
     AUDIT_EXPORT = "audit-export"
     REPLAY = "replay"
+    REPLAY_CANCELLED = "replay-cancelled"
     BODIES_DOWNLOADED = "bodies-downloaded"
     COPY_OUT = "copy-out"
     RECORDS_REDACTED = "records-redacted"

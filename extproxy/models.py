@@ -345,6 +345,21 @@ class ReplayRun(models.Model):
         ordering = ["-created_at", "-id"]
         default_permissions = ()  # roles.py: replay_calls
 
+    @property
+    def shown_target(self) -> dict:
+        """The target as shown and audited: a URL's password redacted. The stored target keeps
+        it, for the runner to call the URL; pages, the API and the audit trail (which auditors
+        read without replay rights) never show it."""
+        return shown_target(self.target)
+
+
+def shown_target(target: dict) -> dict:
+    from .redaction import url_without_password
+
+    if isinstance(target.get("url"), str):
+        return dict(target, url=url_without_password(target["url"]))
+    return target
+
 
 class ReplayItem(models.Model):
     """One call of a run: the original, its replay, and what changed (the diff, compressed)."""

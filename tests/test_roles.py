@@ -63,6 +63,7 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "api/replays/": ("/api/replays/", DEVELOPERS),
     "api/replays/<int:pk>/": ("/api/replays/{replay}/", DEVELOPERS),
     "api/replays/<int:pk>/items/<int:item>/": ("/api/replays/{replay}/items/{item}/", DEVELOPERS),
+    "api/replays/<int:pk>/cancel/": ("/api/replays/{replay}/cancel/", DEVELOPERS),
     "calls/<int:pk>/": ("/calls/{call}/", DEVELOPERS),
     "replays/": ("/replays/", DEVELOPERS),
     "replays/<int:pk>/": ("/replays/{replay}/", DEVELOPERS),

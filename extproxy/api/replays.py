@@ -3,35 +3,43 @@ developer role): a replay sends recorded requests to backends and any URL given.
 
     POST /api/replays/      {"call": id} | {"calls": [ids]} | {"pod": "ns/name"} | {"filters": {...}},
                             "target": {...} (replay/targets.py), "allow_bind": false, "rate": 20,
-                            "wait": false (one call only: answer when done)
+                            "wait": false (one call only: answer when done); a missing call is
+                            a 404, a selection matching no call a 400
     GET  /api/replays/      runs, newest first
     GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=)
     GET  /api/replays/<id>/items/<item>/   one item with its whole diff
+    POST /api/replays/<id>/cancel/   stop a queued or running run (between calls; audited);
+                            409 when it has ended. GET: whether it can still be cancelled
     GET  /api/shadows/      the shadow backends' live diff against their primaries (any role)
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view, parser_classes, permission_classes
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
 from ..audit import Action, audit
 from ..engine import get_engine
 from ..models import ReplayItem, ReplayRun
-from ..replay.runner import item_diff, run_replay, select_calls
+from ..replay.runner import MAX_CALLS_PER_RUN, item_diff, run_replay, select_calls
+from ..replay.cancel import request_cancel
 from ..replay.targets import TargetError, check
-from ..replay.worker import get_worker
+from ..replay.worker import beating, get_worker
 from ..roles import Perm
-from .bodies import MAX_ID, object_or_404
+from .bodies import MAX_ID, TRUE, flag, object_or_404
 from .permissions import needs
 
 MAX_RATE = 200.0  # calls per second a run may ask for
 DEFAULT_RATE = 20.0
+MAX_RUN_SECONDS = 6 * 3600  # the longest a run may take at the rate it asks for
+MAX_TARGET_BYTES = 64 * 1024  # a target (policy rules included) as stored and audited
 ITEMS_PAGE = 200
+FALSE = ("", "0", "false", "no", "off")
 FILTER_KEYS = {"pod", "namespace", "pod_uid", "verb", "backend", "outcome", "attempt", "since", "until"}
 
 
@@ -45,7 +53,7 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
         "created_at": run.created_at.isoformat().replace("+00:00", "Z"),
         "created_by": run.created_by.username if run.created_by else None,
         "selector": run.selector,
-        "target": run.target,
+        "target": run.shown_target,
         "allow_bind": run.allow_bind,
         "rate": run.rate,
         "total": run.total,
@@ -99,6 +107,17 @@ def _selector(data: dict[str, Any]) -> dict[str, Any]:
     return selector
 
 
+def _not_empty(selector: dict[str, Any]) -> None:
+    """Refuse a selection of no call (checked last, after the shape of every field): a run of
+    0 calls would report success, and a CI gate pointed at a pruned call pass green."""
+    if select_calls(selector).exists():
+        return
+    [(key, value)] = selector.items()
+    if key == "call":
+        raise NotFound({"call": f"no recorded call {value}"})
+    raise ValidationError({key: "matches no recorded call"})
+
+
 def _is_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID
 
@@ -138,16 +157,28 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
         target = check(data.get("target") or {"kind": "configured"}, get_engine().config.policies)
     except TargetError as exc:
         raise ValidationError({"target": str(exc)}) from None
+    # The target is stored with the run and in the audit trail: its size is bounded, whatever
+    # it holds (policy rules, a description).
+    if len(json.dumps(target)) > MAX_TARGET_BYTES:
+        raise ValidationError({"target": f"at most {MAX_TARGET_BYTES} bytes as JSON"})
     wait = bool(data.get("wait"))
     if wait and "call" not in selector:
         raise ValidationError({"wait": "only for one call; a batch runs in the background"})
+    rate = _rate(data)
+    _not_empty(selector)
+    # A run holds the process's only worker: a rate that would hold it for days is refused.
+    calls = min(select_calls(selector).count(), MAX_CALLS_PER_RUN)
+    if calls / rate > MAX_RUN_SECONDS:
+        raise ValidationError({"rate": f"{calls} calls at {rate:g}/s would take more than {MAX_RUN_SECONDS // 3600} h; "
+                                       f"at least {calls / MAX_RUN_SECONDS:.3g} calls/s"})
     run = ReplayRun.objects.create(
-        created_by=user, selector=selector, target=target, allow_bind=bool(data.get("allow_bind")), rate=_rate(data),
+        created_by=user, selector=selector, target=target, allow_bind=bool(data.get("allow_bind")), rate=rate,
     )
     audit(request, Action.REPLAY, target=f"replay {run.pk}", user=user,
-          detail={"selector": selector, "target": target, "allow_bind": run.allow_bind})
+          detail={"selector": selector, "target": run.shown_target, "allow_bind": run.allow_bind})
     if wait:
-        run_replay(run)
+        with beating(run.pk):  # a live watcher would take it for a dead process's run
+            run_replay(run)
         return run, 201
     if not get_worker().submit(run.pk):
         run.status, run.error = "failed", "too many replays waiting; try again later"
@@ -162,7 +193,10 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
 def replay_detail(request, pk: int):
     run = object_or_404(ReplayRun, pk=pk)
     items = run.items.all()
-    if request.query_params.get("changed"):
+    changed = request.query_params.get("changed") or ""
+    if changed.lower() not in TRUE + FALSE:  # "?changed=0" once meant changed only: say so
+        raise ValidationError({"changed": f"one of {', '.join(TRUE + FALSE)}"})
+    if flag(request.query_params, "changed"):
         items = items.filter(changed=True)
     try:
         offset = max(0, int(request.query_params.get("offset") or 0))
@@ -172,6 +206,29 @@ def replay_detail(request, pk: int):
         raise ValidationError({"offset": f"at most {MAX_ID}"})
     page = [item_to_json(i) for i in items[offset : offset + ITEMS_PAGE]]
     return Response(dict(run_to_json(run), items=page, items_offset=offset, items_page=ITEMS_PAGE))
+
+
+@extend_schema(methods=["GET"], responses={200: dict}, operation_id="replay_cancel_retrieve")
+@extend_schema(methods=["POST"], request=None, responses={200: dict, 409: dict}, operation_id="replay_cancel")
+@api_view(["GET", "POST"])
+@permission_classes([CanReplay])
+def replay_cancel(request, pk: int):
+    run = object_or_404(ReplayRun, pk=pk)
+    if request.method == "GET":
+        return Response({"cancellable": run.status in ("queued", "running"), "run": run_to_json(run)})
+    if not cancel(run, request.user, request):
+        return Response({"detail": f"replay {pk} has ended ({run.status}) or is being cancelled"}, status=409)
+    run.refresh_from_db()
+    return Response(run_to_json(run))
+
+
+def cancel(run: ReplayRun, user, request=None) -> bool:
+    """Ask a run to stop (the runner stops between calls); audited. False when it has ended."""
+    if not request_cancel(run.pk, user.username):
+        return False
+    audit(request, Action.REPLAY_CANCELLED, target=f"replay {run.pk}", user=user,
+          detail={"status": run.status, "done": run.done, "total": run.total})
+    return True
 
 
 @extend_schema(responses={200: dict}, operation_id="replay_item_retrieve")

@@ -28,6 +28,7 @@ urlpatterns = [
     path("replays/", replays.replays, name="replays"),
     path("replays/<int:pk>/", replays.replay_detail, name="replay"),
     path("replays/<int:pk>/items/<int:item>/", replays.replay_item, name="replay-item"),
+    path("replays/<int:pk>/cancel/", replays.replay_cancel, name="replay-cancel"),
     path("shadows/", replays.shadows, name="shadows"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("export/", CallExportView.as_view(), name="export"),

@@ -1,4 +1,5 @@
-"""Retention: delete calls older than `maxAge`, beyond the newest `maxCalls`, or the oldest
+"""Retention: delete calls older than `maxAge`, beyond the newest `maxCalls` (recordings and
+replays each counted on their own), or the oldest
 while the store is above `maxBytes` (each deletion noted as a gap, see extproxy/pruning.py),
 then the Node objects no kept call can refer to (and the node index's sets none does), and audit events past `auditMaxAge`.
 
@@ -45,11 +46,15 @@ def prune(retention: RetentionConfig, now: datetime | None = None) -> Pruned:
         cutoff = now - timedelta(seconds=retention.max_age_seconds)
         result.calls += delete_calls(Call.objects.filter(started_at__lt=cutoff), "pruned-age")
     if retention.max_calls > 0:
-        boundary = (
-            Call.objects.order_by("-started_at", "-id").values_list("started_at", flat=True)[retention.max_calls : retention.max_calls + 1]
-        )
-        if boundary:
-            result.calls += delete_calls(Call.objects.filter(started_at__lte=boundary[0]), "pruned-count")
+        # Recordings and replays are counted apart, each kept to its newest maxCalls: counted
+        # together, one replay run of the whole store evicted every recording it replayed.
+        for is_replay in (False, True):
+            calls = Call.objects.filter(is_replay=is_replay)
+            boundary = calls.order_by("-started_at", "-id").values_list("started_at", flat=True)[
+                retention.max_calls : retention.max_calls + 1
+            ]
+            if boundary:
+                result.calls += delete_calls(calls.filter(started_at__lte=boundary[0]), "pruned-count")
     if retention.max_bytes > 0:
         result.calls += prune_to_size(retention.max_bytes)
     oldest = Call.objects.order_by("started_at").values_list("started_at", flat=True).first()

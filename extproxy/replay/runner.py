@@ -268,6 +268,9 @@ class Progress:
         self.run.save(update_fields=fields + ["error"] if force and self.run.finished_at else fields)
 
 
+from .cancel import Cancelled, check_cancelled  # noqa: E402 (kept next to its one use, for merging)
+
+
 def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Result], None] | None = None) -> None:
     """Carry out a stored ReplayRun to the end (in the calling thread)."""
     from django.utils import timezone
@@ -288,8 +291,9 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
             if interval:
                 delay = next_at - time.monotonic()
                 if delay > 0:
-                    time.sleep(delay)
+                    check_cancelled(run, delay)  # the rate's wait, cut short by a cancel
                 next_at = max(next_at, time.monotonic() - 1.0) + interval  # at most a second of catch-up burst
+            check_cancelled(run)  # replay/cancel.py: raises Cancelled once the run is cancelled
             result = replayer.replay(Original.from_call(call))
             store(result, run, replayer.nodes)
             progress.add(result)
@@ -297,6 +301,8 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
                 on_result(result)
             progress.save()
         run.status = "done"
+    except Cancelled as exc:  # asked through the API or the dashboard; the items so far stay
+        run.status, run.error = "failed", str(exc)
     except Exception as exc:  # the run ends, its progress so far stays; the process goes on
         log.exception("replay run %s failed", run.pk)
         run.status = "failed"

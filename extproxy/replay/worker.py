@@ -13,7 +13,8 @@ heartbeat is older than `stale_seconds` (EXTPROXY_REPLAY_STALE_SECONDS, default 
 replica's: they share the database): a queued one is claimed (one replica wins, by a
 conditional update) and carried out here; a running one is marked failed with the reason and
 how far it got (its items so far stay; replaying the rest is a new run, not a guess at where
-the dead process stopped).
+the dead process stopped). A run carried out outside the worker (`manage.py replay`, the
+API's `wait`) beats for itself while it runs (`beating`).
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ import queue
 import socket
 import threading
 import uuid
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import Iterator
 
 from ..ratelog import RateLimitedLog
 
@@ -80,7 +83,9 @@ class Worker:
             run_id = self._queue.get()
             close_old_connections()
             try:
-                run_replay(ReplayRun.objects.get(pk=run_id))
+                run = ReplayRun.objects.get(pk=run_id)
+                if run.status == "queued":  # not one cancelled while it waited
+                    run_replay(run)
             except Exception:  # one run's failure must not stop the worker
                 log.exception("replay run %s could not be carried out", run_id)
             finally:
@@ -161,6 +166,38 @@ class Worker:
                 log.warning("replay run %s: taken up again (its process %s stopped)", run.pk, run.owner or "unknown")
                 taken.append(run.pk)
         return taken
+
+
+@contextmanager
+def beating(run_id: int) -> Iterator[None]:
+    """Hold `run_id` for this process while the block carries it out in this thread (the
+    command's runs, the API's `wait` runs): owner and a heartbeat renewed every
+    `stale_seconds / 4` by a thread of its own. Without it a live server's watcher took such a
+    run, still running, for one whose process had died and marked it failed."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from ..models import ReplayRun
+
+    ReplayRun.objects.filter(pk=run_id).update(owner=OWNER, heartbeat_at=timezone.now())
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(max(0.2, stale_seconds() / 4)):
+            try:
+                ReplayRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
+            except Exception as exc:  # the database away for a beat: the next one tries again
+                _ratelog.emit(logging.WARNING, "beating", "replay %s: heartbeat failed: %s", run_id, exc)
+            finally:
+                connection.close()
+
+    thread = threading.Thread(target=beat, name=f"extproxy-replay-beat-{run_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 _worker: Worker | None = None

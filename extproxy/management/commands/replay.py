@@ -8,7 +8,8 @@ EXTPROXY_CONFIG), or it with one backend replaced by --url (with its verbs, mode
 or by a policy (--policy NAME, --rules FILE).
 
 Progress goes to stderr, the summary table (or --json) to stdout. Exit status: 0 nothing
-changed, 1 decisions changed, 2 a call could not be replayed or the arguments are wrong.
+changed, 1 decisions changed, 2 a call could not be replayed, no call was replayed (a gate
+that compared nothing has not passed) or the arguments are wrong.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError
 from extproxy.audit import Action, audit
 from extproxy.replay.runner import Original, Replayer, Result, run_replay, select_calls
 from extproxy.replay.targets import TargetError, check
+from extproxy.replay.worker import beating
 
 SHOW_CHANGED = 20
 
@@ -55,7 +57,9 @@ class Summary:
 
     @property
     def status(self) -> int:
-        return 2 if self.errors else 1 if self.changed else 0
+        # No call replayed (none selected, a pruned call, an empty fixture file, only binds
+        # skipped): the gate compared nothing, which is not "nothing changed".
+        return 2 if self.errors or not self.replayed else 1 if self.changed else 0
 
     def to_json(self) -> dict[str, Any]:
         return {"total": self.total, "replayed": self.replayed, "changed": self.changed, "errors": self.errors,
@@ -70,7 +74,11 @@ def read_fixtures(path: str) -> Iterator[dict[str, Any]]:
         rest = handle.read(1)
         handle.seek(0)
         if rest and not first.strip().endswith("}"):  # one indented JSON document
-            yield json.load(handle)
+            try:
+                document = json.load(handle)
+            except ValueError as exc:  # not "decisions changed" (exit 1) with a traceback
+                raise CommandError(f"{path}: not a fixture: {exc}", returncode=2) from None
+            yield document
             return
         for number, line in enumerate(handle, 1):
             if line.strip():
@@ -132,6 +140,8 @@ class Command(BaseCommand):
         else:
             self.from_database(options, target, config, summary)
         self.report(summary, options["json"])
+        if not summary.replayed:
+            self.stderr.write("no call was replayed: nothing was compared")
         sys.stdout.flush()
         if summary.status:
             sys.exit(summary.status)
@@ -188,13 +198,14 @@ class Command(BaseCommand):
             run = ReplayRun.objects.create(selector=selector, target=target, allow_bind=options["allow_bind"],
                                            rate=options["rate"])
             audit(None, Action.REPLAY, target=f"replay {run.pk}", actor=_os_user(), source="cli",
-                  detail={"selector": selector, "target": target, "allow_bind": run.allow_bind})
+                  detail={"selector": selector, "target": run.shown_target, "allow_bind": run.allow_bind})
 
             def on_result(result: Result) -> None:
                 summary.add(result)
                 bar.step(summary)
 
-            run_replay(run, config=config, on_result=on_result)
+            with beating(run.pk):  # the server's watcher takes a run without a heartbeat for a dead one
+                run_replay(run, config=config, on_result=on_result)
             if run.status == "failed":
                 raise CommandError(f"replay run {run.pk} failed: {run.error}", returncode=2)
             self.stderr.write(f"recorded as replay run {run.pk}")

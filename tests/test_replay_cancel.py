@@ -1,0 +1,50 @@
+"""A replay run can be stopped: POST /api/replays/<id>/cancel/ and the run page's button. The
+runner stops between calls, or during its wait for the rate; the worker is free again."""
+from __future__ import annotations
+
+import time
+
+from extproxy.models import AuditEvent, ReplayRun
+from tests.conftest import fixture_bytes, pass_all
+from tests.test_per_backend import config_for, post
+from tests.test_replay import NAMES, recorded, user_client, wait_for
+from tests.test_replay_pages import logged_in
+
+
+def test_a_slow_run_is_cancelled_from_the_api_and_the_page_and_frees_the_worker(
+    backend_server, proxy, write_config, admin_client
+):
+    backend = backend_server({"filter": pass_all})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+    for _ in range(3):
+        post(server, "/extender/gpu/filter", fixture_bytes(NAMES))
+    recorded(server, admin_client)
+    developer = user_client("developer")
+    every = {"filters": {"verb": "filter"}}
+
+    slowest = developer.post(server.url + "/api/replays/", json={**every, "rate": 0.0001})
+    assert slowest.status_code == 400 and "rate" in slowest.json(), slowest.text  # 3 calls would take 8 h
+    started = developer.post(server.url + "/api/replays/", json={**every, "rate": 0.01}).json()  # 200 s
+    queued = developer.post(server.url + "/api/replays/", json={**every, "rate": 50}).json()
+    deadline = time.monotonic() + 30
+    while ReplayRun.objects.get(pk=started["id"]).done < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert developer.get(server.url + f"/api/replays/{started['id']}/cancel/").json()["cancellable"] is True
+
+    began = time.monotonic()
+    cancelled = developer.post(server.url + f"/api/replays/{started['id']}/cancel/")
+    assert cancelled.status_code == 200, cancelled.text
+    run = wait_for(developer, server, started["id"], timeout=10)
+    assert time.monotonic() - began < 5  # not the 100 s left of the rate's wait
+    assert run["status"] == "failed" and run["done"] == 1 and run["error"] == f"cancelled by {developer.username}"
+    assert wait_for(developer, server, queued["id"])["status"] == "done"  # the worker went on
+    again = developer.post(server.url + f"/api/replays/{started['id']}/cancel/")
+    assert again.status_code == 409 and "has ended" in again.text
+    assert AuditEvent.objects.filter(action="replay-cancelled", target=f"replay {started['id']}").count() == 1
+
+    page_run = developer.post(server.url + "/api/replays/", json={**every, "rate": 0.01}).json()
+    pages = logged_in("developer")
+    assert b'name="cancel"' in pages.get(f"/replays/{page_run['id']}/").content
+    assert pages.post(f"/replays/{page_run['id']}/", {"cancel": "1"}).status_code == 302
+    assert wait_for(developer, server, page_run["id"], timeout=10)["status"] == "failed"
+    assert user_client("viewer").post(server.url + f"/api/replays/{page_run['id']}/cancel/").status_code == 403
