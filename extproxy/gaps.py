@@ -13,18 +13,29 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from datetime import datetime, timezone as tz
+from datetime import datetime, timedelta, timezone as tz
 from typing import Any, NamedTuple
 
 from django.db.models import F, Sum
 from django.utils import timezone
 
 
+# A retention gap row covers at most one such bucket of time (UTC hours): a row counts whole in
+# any export overlapping it, so an export of one hour counts at most the calls pruned in the
+# hours it touches, not those of a row grown over days.
+MERGE_BUCKET = timedelta(hours=1)
+
+
+def bucket_of(when: datetime) -> datetime:
+    return when.replace(minute=0, second=0, microsecond=0)
+
+
 def note_gap(reason: str, calls: int, first_at: datetime, last_at: datetime, merge: bool = False) -> None:
     """Record that `calls` calls between first_at and last_at are missing for `reason`.
 
-    merge: extend the reason's latest gap when this one starts at or after its end (retention
-    deletes oldest first, every minute: one growing row instead of one row a minute).
+    merge: extend the reason's latest gap when this one starts at or after its end and both lie
+    in one MERGE_BUCKET (retention deletes oldest first, every minute: one row per reason per
+    hour of calls deleted instead of one row a minute). The caller splits what spans buckets.
     """
     from .models import RecordingGap
 
@@ -33,7 +44,7 @@ def note_gap(reason: str, calls: int, first_at: datetime, last_at: datetime, mer
     first_at, last_at = min(first_at, last_at), max(first_at, last_at)
     if merge:
         latest = RecordingGap.objects.filter(reason=reason[:64]).order_by("-last_at", "-id").first()
-        if latest is not None and latest.last_at <= first_at:
+        if latest is not None and latest.last_at <= first_at and bucket_of(latest.first_at) == bucket_of(last_at):
             RecordingGap.objects.filter(pk=latest.pk).update(
                 calls=F("calls") + calls, last_at=last_at, noted_at=timezone.now())
             return
