@@ -237,6 +237,7 @@ class ExportRun:
     file_hash: Any = field(default_factory=hashlib.sha256)
     file_bytes: int = 0
     manifest: dict[str, Any] | None = None
+    still_open: dict[str, Any] | None = None  # calls of the range may still arrive (gaps.still_open)
 
     @property
     def columns(self) -> list[str]:
@@ -244,6 +245,10 @@ class ExportRun:
 
     def lines(self, records: Iterable[list[Any]]) -> Iterator[bytes]:
         """Chunks of the file: the header (CSV), then the chained records; the manifest at the end."""
+        if self.kind == "calls":  # before the first record is read: what was stored by then
+            from .gaps import still_open
+
+            self.still_open = still_open(self.until)
         encode = (csv_encoder if self.fmt == "csv" else ndjson_encoder)(self.columns)
         previous = proof.chain_start(self.export_id, self.fmt, self.columns)
         buffer: list[bytes] = []
@@ -312,7 +317,8 @@ class ExportRun:
             "file_sha256": self.file_hash.hexdigest(),
             "file_bytes": self.file_bytes,
             "gaps": gaps,
-            "complete": not gaps,
+            "still_open": self.still_open,
+            "complete": not gaps and not self.still_open,
         }
         return proof.sign(manifest)
 

@@ -12,6 +12,7 @@ This module must not delete or alter call records.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone as tz
 from typing import Any, NamedTuple
@@ -119,6 +120,33 @@ def gaps_overlapping(since: datetime | None, until: datetime | None, kind: str =
         last = of_reason.order_by("-last_at").values_list("last_at", flat=True).first()
         found.append({"reason": row["reason"], "calls": row["calls"], "first_at": _iso(first), "last_at": _iso(last)})
     return found
+
+
+# A call is appended to the spool at most this long after it started: its backend's timeout
+# (seconds at most, and a combined call's longest part) and the hand-off's tick, with room.
+SETTLE_SECONDS = 60.0
+
+
+def still_open(until: datetime) -> dict[str, Any] | None:
+    """Why calls started before `until` may still arrive in the database, or None.
+
+    The spool holds calls answered and not yet stored (the recorder behind, or the database
+    away): the oldest of them was appended at T, so every call not yet stored started after
+    T - SETTLE_SECONDS (the stored-up-to point). A range ending later is still open. Not
+    covered: calls in flight, or in a serving process's hand-off (a tick), as the export starts.
+    """
+    from django.conf import settings
+
+    from .recording.observe import spool_status
+
+    status = spool_status(Path(settings.EXTPROXY_SPOOL_DIR))
+    if not status.depth:
+        return None
+    stored_up_to = timezone.now() - timedelta(seconds=status.oldest_age + SETTLE_SECONDS)
+    if until <= stored_up_to:
+        return None
+    return {"reason": "calls not yet stored (spool backlog)", "undrained": status.depth,
+            "stored_up_to": _iso(stored_up_to)}
 
 
 def _iso(value: datetime | None) -> str | None:
