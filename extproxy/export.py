@@ -76,8 +76,9 @@ class Tally:
 
 
 def call_records(calls: QuerySet, tally: Tally) -> Iterator[list[Any]]:
-    """One record per decision, and one call-level record for a call without decisions (errors,
-    timeouts, bind, preempt); oldest call first. Values in CALL_COLUMNS order, seq left 0."""
+    """One record per decision, one call-level record for a call without decisions (errors,
+    timeouts, bind, preempt), and one per backend part of a combined call that did not answer
+    ok; oldest call first. Values in CALL_COLUMNS order, seq left 0."""
     from .models import Call
 
     rows = calls.order_by("started_at", "id").values_list(*CALL_FIELDS)
@@ -91,11 +92,28 @@ def call_records(calls: QuerySet, tally: Tally) -> Iterator[list[Any]]:
         yield from _records_of(pending, Call, tally)
 
 
+def _failed_parts(Call: Any, rows: list[tuple]) -> dict[int, list[tuple]]:
+    """Per combined call of the chunk: its backends' parts that did not answer ok (one query)."""
+    from .models import BackendCall
+
+    combined = [r[0] for r in rows if r[4] == "combined"]
+    parts: dict[int, list[tuple]] = {}
+    if combined:
+        failed = (BackendCall.objects.filter(call_id__in=combined).exclude(outcome="ok").order_by("started_at", "id")
+                  .values_list("call_id", "backend", "started_at", "finished_at", "outcome", "http_status", "error"))
+        for part in failed:
+            parts.setdefault(part[0], []).append(part)
+    return parts
+
+
 def _records_of(rows: list[tuple], Call: Any, tally: Tally) -> Iterator[list[Any]]:
     # Bind targets come from the node index: one query per chunk, no request body decoded.
     binds = [r[0] for r in rows if r[3] == "bind"]
     bound = dict(Call.objects.filter(id__in=binds, node_set__isnull=False)
                  .values_list("id", "node_set__entries__node")) if binds else {}
+    # A combined call answers for all its backends: one that timed out or failed shows only in
+    # its part, so each such part is a record of its own (kind backend-call).
+    failed_parts = _failed_parts(Call, rows)
     for (pk, started, finished, verb, backend, namespace, name, uid, outcome, status, error, attempt, blob) in rows:
         tally.calls += 1
         tally.saw(started)
@@ -111,6 +129,11 @@ def _records_of(rows: list[tuple], Call: Any, tally: Tally) -> Iterator[list[Any
             tally.call_records += 1
             yield [0, "call", pk, when, verb, backend, backend, namespace, name, uid, bound.get(pk), None, None,
                    None, None, latency, outcome, status, error, attempt]
+        for _, part, part_started, part_finished, part_outcome, part_status, part_error in failed_parts.get(pk, ()):
+            tally.call_records += 1
+            yield [0, "backend-call", pk, when, verb, backend, part, namespace, name, uid, None, None, None, None,
+                   None, round((part_finished - part_started).total_seconds() * 1000, 3), part_outcome, part_status,
+                   part_error, attempt]
 
 
 def audit_records(events: QuerySet, tally: Tally) -> Iterator[list[Any]]:
@@ -215,6 +238,7 @@ class ExportRun:
     file_hash: Any = field(default_factory=hashlib.sha256)
     file_bytes: int = 0
     manifest: dict[str, Any] | None = None
+    still_open: dict[str, Any] | None = None  # calls of the range may still arrive (gaps.still_open)
 
     @property
     def columns(self) -> list[str]:
@@ -222,6 +246,10 @@ class ExportRun:
 
     def lines(self, records: Iterable[list[Any]]) -> Iterator[bytes]:
         """Chunks of the file: the header (CSV), then the chained records; the manifest at the end."""
+        if self.kind == "calls":  # before the first record is read: what was stored by then
+            from .gaps import still_open
+
+            self.still_open = still_open(self.until)
         encode = (csv_encoder if self.fmt == "csv" else ndjson_encoder)(self.columns)
         previous = proof.chain_start(self.export_id, self.fmt, self.columns)
         buffer: list[bytes] = []
@@ -290,7 +318,8 @@ class ExportRun:
             "file_sha256": self.file_hash.hexdigest(),
             "file_bytes": self.file_bytes,
             "gaps": gaps,
-            "complete": not gaps,
+            "still_open": self.still_open,
+            "complete": not gaps and not self.still_open,
         }
         return signing.sign(manifest)
 

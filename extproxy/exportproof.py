@@ -263,7 +263,11 @@ def _check_records(lines: Iterator[tuple[int, bytes, bool]], fmt: str, columns: 
                               "(bytes outside the records were changed)")
     gaps = manifest.get("gaps") or []
     if gaps or not manifest.get("complete", False):
-        missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps) or "see the manifest"
+        missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps)
+        if manifest.get("still_open"):
+            missing = ", ".join(filter(None, [missing, f"the range is still open: {manifest['still_open'].get('reason')}, "
+                                                       f"stored up to {manifest['still_open'].get('stored_up_to')}"]))
+        missing = missing or "see the manifest"
         return Verdict(True, f"unaltered: {seq} records as exported, but the range is NOT complete "
                              f"({'events' if manifest.get('kind') == 'audit' else 'calls'} missing from the records: "
                              f"{missing})", None, complete=False)

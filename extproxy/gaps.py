@@ -12,19 +12,31 @@ This module must not delete or alter call records.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from collections.abc import Iterable
-from datetime import datetime, timezone as tz
+from datetime import datetime, timedelta, timezone as tz
 from typing import Any, NamedTuple
 
 from django.db.models import F, Sum
 from django.utils import timezone
 
 
+# A retention gap row covers at most one such bucket of time (UTC hours): a row counts whole in
+# any export overlapping it, so an export of one hour counts at most the calls pruned in the
+# hours it touches, not those of a row grown over days.
+MERGE_BUCKET = timedelta(hours=1)
+
+
+def bucket_of(when: datetime) -> datetime:
+    return when.replace(minute=0, second=0, microsecond=0)
+
+
 def note_gap(reason: str, calls: int, first_at: datetime, last_at: datetime, merge: bool = False) -> None:
     """Record that `calls` calls between first_at and last_at are missing for `reason`.
 
-    merge: extend the reason's latest gap when this one starts at or after its end (retention
-    deletes oldest first, every minute: one growing row instead of one row a minute).
+    merge: extend the reason's latest gap when this one starts at or after its end and both lie
+    in one MERGE_BUCKET (retention deletes oldest first, every minute: one row per reason per
+    hour of calls deleted instead of one row a minute). The caller splits what spans buckets.
     """
     from .models import RecordingGap
 
@@ -33,7 +45,7 @@ def note_gap(reason: str, calls: int, first_at: datetime, last_at: datetime, mer
     first_at, last_at = min(first_at, last_at), max(first_at, last_at)
     if merge:
         latest = RecordingGap.objects.filter(reason=reason[:64]).order_by("-last_at", "-id").first()
-        if latest is not None and latest.last_at <= first_at:
+        if latest is not None and latest.last_at <= first_at and bucket_of(latest.first_at) == bucket_of(last_at):
             RecordingGap.objects.filter(pk=latest.pk).update(
                 calls=F("calls") + calls, last_at=last_at, noted_at=timezone.now())
             return
@@ -108,6 +120,33 @@ def gaps_overlapping(since: datetime | None, until: datetime | None, kind: str =
         last = of_reason.order_by("-last_at").values_list("last_at", flat=True).first()
         found.append({"reason": row["reason"], "calls": row["calls"], "first_at": _iso(first), "last_at": _iso(last)})
     return found
+
+
+# A call is appended to the spool at most this long after it started: its backend's timeout
+# (seconds at most, and a combined call's longest part) and the hand-off's tick, with room.
+SETTLE_SECONDS = 60.0
+
+
+def still_open(until: datetime) -> dict[str, Any] | None:
+    """Why calls started before `until` may still arrive in the database, or None.
+
+    The spool holds calls answered and not yet stored (the recorder behind, or the database
+    away): the oldest of them was appended at T, so every call not yet stored started after
+    T - SETTLE_SECONDS (the stored-up-to point). A range ending later is still open. Not
+    covered: calls in flight, or in a serving process's hand-off (a tick), as the export starts.
+    """
+    from django.conf import settings
+
+    from .recording.observe import spool_status
+
+    status = spool_status(Path(settings.EXTPROXY_SPOOL_DIR))
+    if not status.depth:
+        return None
+    stored_up_to = timezone.now() - timedelta(seconds=status.oldest_age + SETTLE_SECONDS)
+    if until <= stored_up_to:
+        return None
+    return {"reason": "calls not yet stored (spool backlog)", "undrained": status.depth,
+            "stored_up_to": _iso(stored_up_to)}
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -10,12 +10,13 @@ minute, and `manage.py prune`). Must not run on the hot path.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import IntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Length
 
-from .gaps import note_gap
+from .gaps import bucket_of, note_gap
 
 CHUNK = 2000
 AUDIT_GAP = "audit-pruned-age"  # gaps.AUDIT_PREFIX: reported by audit exports, not by call exports
@@ -55,8 +56,22 @@ def delete_calls(queryset, reason: str) -> int:
             # `manage.py prune`) may have deleted some of the chunk since, and noted them itself.
             _, per_model = Call.objects.filter(pk__in=[pk for pk, _ in chunk]).delete()
             deleted = per_model.get(Call._meta.label, 0)
-            note_gap(reason, deleted, chunk[0][1], chunk[-1][1], merge=True)
+            note_gaps_by_bucket(reason, deleted, chunk)
         total += deleted
+
+
+def note_gaps_by_bucket(reason: str, deleted: int, chunk: list[tuple[Any, datetime]]) -> None:
+    """The chunk's deletions as gaps, one per hour bucket (gaps.MERGE_BUCKET) its times touch:
+    sparse records made one chunk span days, counted whole by an export of any hour of them.
+    `deleted` may be fewer than the chunk (another pass deleted some): the first buckets take
+    them (which of the chunk that pass took is not known)."""
+    buckets: dict[datetime, list[datetime]] = {}
+    for _, when in chunk:
+        buckets.setdefault(bucket_of(when), []).append(when)
+    for times in buckets.values():
+        calls = min(deleted, len(times))
+        note_gap(reason, calls, times[0], times[-1], merge=True)
+        deleted -= calls
 
 
 def prune_to_size(max_bytes: int) -> int:
@@ -109,7 +124,7 @@ def prune_audit(max_age_seconds: float, now: datetime) -> int:
         with transaction.atomic():  # as calls: each chunk deleted is a gap an audit export reports
             _, per_model = AuditEvent.objects.filter(pk__in=[pk for pk, _ in chunk]).delete()
             deleted = per_model.get(AuditEvent._meta.label, 0)
-            note_gap(AUDIT_GAP, deleted, chunk[0][1], chunk[-1][1], merge=True)
+            note_gaps_by_bucket(AUDIT_GAP, deleted, chunk)
         total += deleted
     if total:
         audit(None, "audit-pruned", target=f"events before {cutoff.isoformat()}", actor="retention",

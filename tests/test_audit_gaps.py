@@ -32,8 +32,8 @@ def test_pruned_audit_events_are_a_gap_in_audit_exports_of_their_range():
         audit(None, "login", target=f"day {day}", actor="ann", source="10.0.0.9")
         AuditEvent.objects.filter(target=f"day {day}").update(at=now - timedelta(days=day))
     assert prune(RetentionConfig(max_age_seconds=0)).audit_events == 3  # the default auditMaxAge: 400 days
-    [gap] = RecordingGap.objects.all()
-    assert (gap.reason, gap.calls) == ("audit-pruned-age", 3)
+    gaps = RecordingGap.objects.all()  # one row per hour the pruned events were in
+    assert {g.reason for g in gaps} == {"audit-pruned-age"} and sum(g.calls for g in gaps) == 3
     client = auditor()
     old = (now - timedelta(days=700)).strftime("%Y-%m-%dT%H:%M:%SZ")
     body, manifest = export(client, f"/api/audit/export/?format=ndjson&since={old}")

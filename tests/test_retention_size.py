@@ -31,8 +31,13 @@ def record_calls(count: int, start: float, full: bool = False) -> None:
     )
 
 
+def hour_ago() -> float:
+    """A minute into the last hour: calls a second apart from it stay in one gap bucket (an hour)."""
+    return time.time() // 3600 * 3600 - 3600 + 60
+
+
 def test_it_deletes_the_oldest_calls_until_the_store_fits_and_notes_the_gap():
-    start = time.time() - 3600
+    start = hour_ago()
     record_calls(40, start)
     per_call = stored_bytes() / 40
     bound = int(per_call * 25.5)
@@ -59,7 +64,7 @@ def test_it_counts_node_objects_and_backend_calls_in_the_size():
 def test_it_bounds_the_size_in_the_writer_as_it_records():
     from extproxy.recorder import Recorder
 
-    record_calls(30, time.time() - 3600)
+    record_calls(30, hour_ago())
     bound = stored_bytes() // 3
     recorder = Recorder(RecordingConfig(), RedactionConfig(), retention=RetentionConfig(max_age_seconds=0, max_bytes=bound))
     recorder.submit(make_trace())  # the writer starts and prunes before its first batch
@@ -69,8 +74,8 @@ def test_it_bounds_the_size_in_the_writer_as_it_records():
     assert RecordingGap.objects.get(reason="pruned-size").calls >= 19
 
 
-def test_it_notes_age_and_count_pruning_as_one_growing_gap_per_reason():
-    now = time.time()
+def test_it_notes_age_and_count_pruning_as_one_growing_gap_per_reason_and_hour():
+    now = hour_ago() + 3600
     record_calls(10, now - 20 * 86400)
     prune(RetentionConfig(max_age_seconds=15 * 86400))
     record_calls(5, now - 16 * 86400)  # arrived late (a replayed spool): pruned on the next pass
@@ -78,8 +83,9 @@ def test_it_notes_age_and_count_pruning_as_one_growing_gap_per_reason():
     record_calls(6, now - 100)
     prune(RetentionConfig(max_age_seconds=15 * 86400, max_calls=4))
     gaps = {g.reason: g for g in RecordingGap.objects.all()}
-    assert RecordingGap.objects.filter(reason="pruned-age").count() == 1
-    assert gaps["pruned-age"].calls == 15 and gaps["pruned-count"].calls == 2
+    # the late calls are four days on: another hour, another row
+    assert list(RecordingGap.objects.filter(reason="pruned-age").order_by("first_at").values_list("calls", flat=True)) == [10, 5]
+    assert gaps["pruned-count"].calls == 2
     assert Call.objects.count() == 4
 
 
