@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from extproxy import datadir as _datadir
 from extproxy import secret_key as _secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -168,7 +169,8 @@ def _pool_options() -> dict:
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": _database_from_url(os.environ["DATABASE_URL"])}
 else:
-    DATA_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)  # the database, the secret key
+    # the database (token keys), the secret key: for extproxy's user only, an existing one too
+    _datadir.keep_private(DATA_DIR, Path(os.environ.get("EXTPROXY_SQLITE_PATH", str(DATA_DIR / "extproxy.sqlite3"))))
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",

@@ -18,6 +18,7 @@ from functools import wraps
 from typing import Callable
 
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.contrib.auth.signals import user_login_failed
@@ -29,7 +30,10 @@ _PREFIX = "extproxy:login-failures:"
 
 def _keys(request: HttpRequest, username: str) -> list[str]:
     address = request.META.get("REMOTE_ADDR") or "unknown"
-    name = hashlib.sha256(username.strip().lower().encode()).hexdigest()[:32]
+    # As the login form reads it (NFKC: "ａｄｍｉｎ" logs in as admin), then case-folded: every
+    # spelling of one account's name fills one count.
+    folded = AbstractBaseUser.normalize_username(username).strip().casefold()
+    name = hashlib.sha256(folded.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return [f"{_PREFIX}addr:{address}", f"{_PREFIX}user:{name}"]
 
 

@@ -66,8 +66,23 @@ async def _read_chunks(receive: Receive, limit: int) -> bytes:
             return b"".join(chunks) if len(chunks) != 1 else chunks[0]
 
 
+# Every answer on this port: kube-scheduler reads none of them, and a backend's reply relayed
+# as it came (HTML included) must not render nor be framed as a page of the dashboard's origin.
+_BROWSER_GUARDS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
+                   (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'; sandbox")]
+
+
+def from_a_browser(scope: Scope) -> bool:
+    """True for a request a web page made: kube-scheduler sends neither Origin nor Sec-Fetch-Site
+    (a browser sends Origin with every POST). A look at each header name, no parsing."""
+    for name, value in scope["headers"]:
+        if name == b"origin" or (name == b"sec-fetch-site" and value != b"none"):
+            return True
+    return False
+
+
 async def respond(send: Send, answer: Answer) -> None:
-    headers = [(b"content-type", answer.content_type.encode("latin-1"))]
+    headers = [(b"content-type", answer.content_type.encode("latin-1")), *_BROWSER_GUARDS]
     if answer.stream is None:
         headers.append((b"content-length", str(len(answer.body)).encode()))
     elif answer.length is not None:
@@ -147,6 +162,12 @@ async def serve(
     """The part both forms share: POST only, a bounded body, the answer, its duration."""
     if scope["method"] != "POST":
         await respond(send, not_post())
+        return
+    if from_a_browser(scope):
+        # A page on any site could otherwise post here (a form's text/plain body is read as
+        # JSON), reaching the backends and the record in a logged-in operator's name.
+        await respond(send, refusal(403, "extender calls come from kube-scheduler, not from a browser "
+                                         "(the request carries Origin or Sec-Fetch-Site)", "browser"))
         return
     body = await body_or_refusal(scope, receive, send)
     if body is None:
