@@ -32,9 +32,10 @@ import msgspec
 from .. import protocol
 from ..bodies import request_of
 from ..config import BackendConfig, ProxyConfig, RedactionConfig
+from ..backends.base import StreamBroken
 from ..recorder import AttemptTracker, NodeDeduper, build_call, compress
 from ..recording.bulk import make_storable
-from ..recording.rows import MAX_ERROR_TEXT
+from ..recording.rows import MAX_ERROR_TEXT, Undecodable
 from ..redaction import bounded_text
 from . import diff as diffs
 from .modes import in_mode
@@ -50,6 +51,9 @@ MAX_CALLS_PER_RUN = 100_000
 REDACTION_CACHE_BYTES = 64 << 10
 STORED_BODY_CACHE_BYTES = 64 << 10
 PROGRESS_EVERY = 0.5  # seconds between progress saves of a run
+# What a recorded call that cannot be decoded (the recorder stored it raw) raises on its way
+# through replay: the call's item has the error, the batch goes on.
+UNREADABLE = (Undecodable, RecursionError, UnicodeDecodeError)
 
 
 @dataclass
@@ -160,13 +164,18 @@ class Replayer:
                 answer = self.loop.run_until_complete(engine.per_backend(backend, verb, verb_string, body))
                 stream = getattr(answer, "stream", None)
                 if stream is not None:  # a reply over EXTPROXY_MAX_REPLY_BYTES: recorded once passed on
-                    self.loop.run_until_complete(_drain(stream))
+                    try:
+                        self.loop.run_until_complete(_drain(stream))
+                    except StreamBroken:
+                        pass  # the trace has how the reply broke off (or timed out): judged below
             if not capture.traces:
                 return Result("error", original, error="the replay left no trace to judge")
             trace = capture.take()
+            call, children = build_call(trace, self.redaction, self.attempts, self.nodes)
         except TargetError as exc:
             return Result("error", original, error=str(exc))
-        call, children = build_call(trace, self.redaction, self.attempts, self.nodes)
+        except UNREADABLE as exc:
+            return Result("error", original, error=f"the recorded call cannot be replayed: {type(exc).__name__}: {exc}")
         before = diffs.Side(original.backend, original.verb, original.outcome, original.error, original.decisions)
         after = diffs.Side(call.backend, call.verb, call.outcome, call.error, call.decisions())
         return Result("replayed", original, diffs.diff(before, after), call, children)
