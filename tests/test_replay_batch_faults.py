@@ -75,3 +75,38 @@ def test_one_raw_call_replayed_alone_is_a_done_run_with_an_item_error(backend_se
     run.refresh_from_db()
     assert (run.status, run.done, run.errors) == ("done", 1, 1)
     assert "RecursionError" in ReplayItem.objects.get(run=run).error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_large_reply_that_breaks_off_or_runs_out_of_time_is_that_calls_outcome(backend_server):
+    """Replies over the relay size are passed on as they arrive: one that ends early is judged as
+    the proxy records it (the scheduler takes it as a failed call), and the batch goes on."""
+    import socket
+
+    from extproxy.replay.runner import item_diff
+    from tests.test_relay import REPLY, first_half_then
+
+    def closes(handler) -> None:
+        handler.close_connection = True
+        handler.connection.shutdown(socket.SHUT_RDWR)
+
+    def stalls(handler) -> None:
+        time.sleep(2)  # past the budget: httpTimeout 1s
+
+    def whole(handler) -> None:
+        handler.wfile.write(REPLY[len(REPLY) // 2:])
+
+    plan = [first_half_then(closes), first_half_then(stalls), first_half_then(whole)]
+    backend = backend_server({"filter": lambda handler, body: plan.pop(0)(handler, body)})
+    record([fixture_bytes(NAMES)] * 3)
+    run = ReplayRun.objects.create(selector={"filters": {"verb": "filter"}}, target={"kind": "configured"}, rate=0)
+    run_replay(run, config=gpu_config(backend.url, httpTimeout="1s"))
+
+    run.refresh_from_db()
+    assert (run.status, run.total, run.done, run.errors, run.error) == ("done", 3, 3, 0, "")
+    items = list(ReplayItem.objects.filter(run=run).order_by("id"))
+    assert [item_diff(item)["outcome"] for item in items[:2]] == [{"before": "ok", "after": "error"},
+                                                                 {"before": "ok", "after": "timeout"}]
+    replays = [Call.objects.get(pk=item.replay_id) for item in items]
+    assert replays[0].error == "unexpected EOF" and replays[1].error.startswith("no complete answer within")
+    assert "claims a filtered node" in replays[2].error  # whole: judged as kube-scheduler would (names unknown)
