@@ -53,6 +53,7 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
         "changed": run.changed,
         "errors": run.errors,
         "skipped": run.skipped,
+        "redacted": run.redacted,
         "counts": run.counts,
         "error": run.error,
         "url": f"/api/replays/{run.pk}/",
@@ -68,6 +69,8 @@ def item_to_json(item: ReplayItem, with_diff: bool = False) -> dict[str, Any]:
         "changed": item.changed,
         "kinds": item.kinds,
         "error": item.error,
+        "request_redacted": item.request_marks,
+        "note": item.redaction_note,
         "links": {
             "original": f"/api/calls/{item.original_id}/" if item.original_id else None,
             "replay": f"/api/calls/{item.replay_id}/" if item.replay_id else None,

@@ -22,6 +22,24 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 MAX_NODE_CHANGES = 500
+MAX_MARKS = 20  # redaction marks kept with a replayed item; the rest counted
+MAX_MARK_TEXT = 200  # characters of each
+
+
+def kept_marks(marks: list[str]) -> list[str]:
+    """The redaction marks of a replayed request as an item keeps them (bounded)."""
+    kept = [str(mark)[:MAX_MARK_TEXT] for mark in marks[:MAX_MARKS]]
+    if len(marks) > MAX_MARKS:
+        kept.append(f"and {len(marks) - MAX_MARKS} more")
+    return kept
+
+
+def redaction_note(marks: list[str]) -> str:
+    """What a replay of a request that was not sent as received must say with its diff: the
+    target got the redacted bytes, so a change may be the redaction's, not the target's."""
+    if not marks:
+        return ""
+    return f"request was redacted: {'; '.join(marks)}; a change here may come from the redaction"
 
 
 @dataclass

@@ -69,11 +69,16 @@ class Original:
     error: str
     decisions: list[dict]
     hint: dict[str, Any] = field(default_factory=dict)  # what a fixture recorded of the target
+    # What redaction (or retention) changed in the request: the target gets those bytes, not the
+    # scheduler's; empty when the request is as received.
+    marks: list[str] = field(default_factory=list)
 
     @classmethod
     def from_call(cls, call) -> "Original":
-        return cls(call.pk, call.verb, call.backend, call.form, request_of(call).data, call.outcome, call.error,
-                   call.decisions())
+        request = request_of(call)
+        marks = [] if request.exact else diffs.kept_marks(request.marks or ["request not as received"])
+        return cls(call.pk, call.verb, call.backend, call.form, request.data, call.outcome, call.error,
+                   call.decisions(), marks=marks)
 
     @classmethod
     def from_fixture(cls, data: dict[str, Any]) -> "Original":
@@ -81,8 +86,11 @@ class Original:
 
         call = data["call"]
         hint = dict(data.get("target") or {}, verb=call["verb"])
+        # A fixture's redactions: the request's marks, then the response's ("response: ...").
+        marks = [str(m) for m in data.get("redactions") or () if not str(m).startswith("response: ")]
         return cls(call.get("id"), call["verb"], call["backend"], call.get("form", "per-backend"),
-                   fixture_request_bytes(data), call["outcome"], call.get("error", ""), data.get("decisions") or [], hint)
+                   fixture_request_bytes(data), call["outcome"], call.get("error", ""), data.get("decisions") or [], hint,
+                   marks=diffs.kept_marks(marks))
 
 
 @dataclass
@@ -242,6 +250,7 @@ def store(result: Result, run, nodes: NodeDeduper) -> Any:
             kinds=sorted(result.diff.kinds) if result.diff else [],
             diff_blob=compress(msgspec.json.encode(diff_json)) if diff_json else b"",
             error=bounded_text(result.error, nodes.rules, MAX_ERROR_TEXT),
+            request_marks=result.original.marks if result.status == "replayed" else [],
         )
     return replay
 
@@ -265,13 +274,15 @@ class Progress:
             run.changed += 1
             for kind in result.diff.kinds:  # calls per kind of change, not nodes
                 self.counts[kind] += 1
+        if result.status == "replayed" and result.original.marks:
+            run.redacted += 1
 
     def save(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._saved < PROGRESS_EVERY:
             return
         self._saved = time.monotonic()
         self.run.counts = dict(self.counts)
-        fields = ["done", "changed", "errors", "skipped", "counts", "total", "status", "started_at", "finished_at"]
+        fields = ["done", "changed", "errors", "skipped", "redacted", "counts", "total", "status", "started_at", "finished_at"]
         # The run's error is written when the run ends (its own, or none): a save from memory
         # while it goes on would undo what `manage.py redact` wrote to the field meanwhile.
         self.run.save(update_fields=fields + ["error"] if force and self.run.finished_at else fields)
