@@ -138,7 +138,8 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
     Every run stored is in the audit trail (who, what, against which target, from where)."""
     selector = _selector(data)
     try:
-        target = check(data.get("target") or {"kind": "configured"}, get_engine().config.policies)
+        config = get_engine().config
+        target = check(data.get("target") or {"kind": "configured"}, config.policies, [b.name for b in config.backends])
     except TargetError as exc:
         raise ValidationError({"target": str(exc)}) from None
     wait = bool(data.get("wait"))

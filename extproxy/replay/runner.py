@@ -111,8 +111,8 @@ class Replayer:
         self.config = config
         self.allow_bind = allow_bind
         self.loop = asyncio.new_event_loop()
-        self._engines: dict[str, Any] = {}
-        self._capture: dict[str, CaptureRecorder] = {}
+        self._engines: dict[tuple, Any] = {}
+        self._capture: dict[tuple, CaptureRecorder] = {}
         self.redaction = config.redaction
         self.nodes = NodeDeduper(config.redaction, redaction_cache_bytes=REDACTION_CACHE_BYTES,
                                  stored_body_bytes=STORED_BODY_CACHE_BYTES)
@@ -120,36 +120,60 @@ class Replayer:
 
     def engine_for(self, original: Original):
         """The engine for this call: the configuration, with the target standing in for the
-        call's backend (per-backend) or for `target.replaces` (combined)."""
-        from ..engine import Engine
-
-        if self.target["kind"] == "configured":
-            key = ""
-        elif original.form == "combined":
-            key = self.target.get("replaces") or (self.config.backends[0].name if len(self.config.backends) == 1 else "")
-            if not key:
+        call's backend (per-backend) or for `target.replaces` (combined). With `replaces`, a
+        per-backend call of another backend goes to that backend as configured (as the
+        scheduler's call would now), not to the target. Engines are kept by what stands in for
+        which backend, so calls of several backends (a fixture set) each get their own."""
+        replaces = self.target.get("replaces")
+        if original.form == "combined" and original.hint and self.config.kind == "default":
+            # A fixture does not hold the backends of a combined call (only the proxy's URL):
+            # the default configuration's built-in policy is not what the scheduler's call met.
+            raise TargetError("a combined call's fixture is replayed against the configured backends, and no"
+                              " configuration was given: give the one the call was recorded with (--config)")
+        if replaces and self.config.backend(replaces) is None and replaces != original.backend:
+            configured = sorted(b.name for b in self.config.backends)
+            raise TargetError(f"target.replaces: no backend {replaces!r} (configured: {configured})")
+        if self.target["kind"] == "configured" or (original.form != "combined" and replaces and replaces != original.backend):
+            return self._as_configured(original)
+        if original.form == "combined":
+            name = replaces or (self.config.backends[0].name if len(self.config.backends) == 1 else "")
+            if not name:
                 raise TargetError("target.replaces: name the backend the target stands in for in a combined call")
         else:
-            key = original.backend
+            name = original.backend
+        key = ("target", name)
         if key not in self._engines:
-            capture = CaptureRecorder()
-            config = self.config
-            if key:
-                base = base_backend(self.config, key, original.hint)
-                stand_in, policies = replacing(self.target, base, self.config.policies)
-                others = tuple(b for b in self.config.backends if b.name != key)
-                position = [b.name for b in self.config.backends].index(key) if self.config.backend(key) else len(others)
-                backends = others[:position] + (stand_in,) + others[position:]
-                config = ProxyConfig(backends=backends, policies={**self.config.policies, **policies},
-                                     redaction=self.config.redaction, parallel_filter=self.config.parallel_filter,
-                                     source="<replay>", kind="extproxy" if policies or self.config.kind != "default" else "default")
-            elif original.form != "combined" and self.config.backend(original.backend) is None and original.hint.get("url"):
-                stand_in = base_backend(self.config, original.backend, original.hint)
-                config = ProxyConfig(backends=self.config.backends + (stand_in,), policies=self.config.policies,
-                                     redaction=self.config.redaction, source="<replay>", kind=self.config.kind)
-            self._engines[key] = Engine(config, capture)  # type: ignore[arg-type]
-            self._capture[key] = capture
+            base = base_backend(self.config, name, original.hint)
+            stand_in, policies = replacing(self.target, base, self.config.policies)
+            others = tuple(b for b in self.config.backends if b.name != name)
+            position = [b.name for b in self.config.backends].index(name) if self.config.backend(name) else len(others)
+            backends = others[:position] + (stand_in,) + others[position:]
+            config = ProxyConfig(backends=backends, policies={**self.config.policies, **policies},
+                                 redaction=self.config.redaction, parallel_filter=self.config.parallel_filter,
+                                 source="<replay>", kind="extproxy" if policies or self.config.kind != "default" else "default")
+            self._start(key, config)
         return self._engines[key], self._capture[key]
+
+    def _as_configured(self, original: Original):
+        """The configuration as it is; a fixture's backend that is not in it is added as the
+        fixture recorded it (its URL)."""
+        key: tuple = ("configured",)
+        config = self.config
+        if original.form != "combined" and self.config.backend(original.backend) is None and original.hint.get("url"):
+            stand_in = base_backend(self.config, original.backend, original.hint)
+            key = ("recorded", stand_in.name, stand_in.url_prefix)
+            config = ProxyConfig(backends=self.config.backends + (stand_in,), policies=self.config.policies,
+                                 redaction=self.config.redaction, source="<replay>", kind=self.config.kind)
+        if key not in self._engines:
+            self._start(key, config)
+        return self._engines[key], self._capture[key]
+
+    def _start(self, key: tuple, config: ProxyConfig) -> None:
+        from ..engine import Engine
+
+        capture = CaptureRecorder()
+        self._engines[key] = Engine(config, capture)  # type: ignore[arg-type]
+        self._capture[key] = capture
 
     def replay(self, original: Original) -> Result:
         if original.verb == "bind" and not self.allow_bind:

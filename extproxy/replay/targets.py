@@ -15,7 +15,7 @@ TargetError naming the field. The engine records nothing: its recorder keeps the
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from ..config import BackendConfig, ConfigError, ProxyConfig, parse_config
 from ..policies import PolicyError, parse_policy
@@ -49,14 +49,18 @@ class CaptureRecorder:
         return trace
 
 
-def check(target: dict[str, Any], policies: dict[str, Any]) -> dict[str, Any]:
+def check(target: dict[str, Any], policies: dict[str, Any], backends: Sequence[str] = ()) -> dict[str, Any]:
     """The target, validated as far as it can be without knowing the call (TargetError).
-    `policies`: the configured ones, which a policy target may name."""
+    `policies`: the configured ones, which a policy target may name; `backends`: the configured
+    backends' names, one of which `replaces` must be (none given: known only per call, where the
+    runner checks it)."""
     if not isinstance(target, dict) or target.get("kind", "configured") not in KINDS:
         raise TargetError(f"target.kind must be one of {', '.join(KINDS)}")
     target = {"kind": "configured", **target}
     if "replaces" in target and not isinstance(target["replaces"], str):
         raise TargetError("target.replaces: a backend name")
+    if backends and "replaces" in target and target["replaces"] not in backends:
+        raise TargetError(f"target.replaces: no backend {target['replaces']!r} (configured: {sorted(backends)})")
     if target["kind"] == "url" and not isinstance(target.get("url"), str):
         raise TargetError("target.url: required for kind url (the extender's urlPrefix)")
     if target["kind"] == "policy" and ("policy" in target) == ("rules" in target):
