@@ -9,7 +9,8 @@ A target is JSON (it is stored on the ReplayRun and comes from the API and the c
     {"kind": "policy", "policy": "<configured policy>" | "rules": {...a policy...}, "replaces": ...}
 
 The replacing backend takes the replaced backend's name (so decisions line up backend by
-backend) and, for every field the target leaves out, the replaced backend's value. Fields are
+backend) and, for every field the target leaves out, the replaced backend's value; but for a
+policy, nodeCacheCapable is false unless the target sets it (a policy needs full Node objects). Fields are
 checked by the configuration's own loader (config.parse_config): a bad target is a
 TargetError naming the field. The engine records nothing: its recorder keeps the Trace.
 """
@@ -92,6 +93,10 @@ def _camel(config: BackendConfig) -> dict[str, Any]:
 def replacing(target: dict[str, Any], replaced: BackendConfig, policies: dict[str, Any]) -> tuple[BackendConfig, dict[str, Any]]:
     """The backend that stands in for `replaced`, and the policies it needs."""
     entry: dict[str, Any] = {"name": replaced.name, **_camel(replaced)}
+    if target["kind"] == "policy":
+        # A policy reads full Node objects: standing in for a nodeCacheCapable extender it gets
+        # them (replay converts the request) unless the target asks for names.
+        entry["nodeCacheCapable"] = False
     entry.update({k: target[k] for k in _URL_KEYS if k in target})
     file: dict[str, Any] = {"backends": [entry]}
     if target["kind"] == "url":
