@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -110,3 +111,26 @@ def test_a_large_reply_that_breaks_off_or_runs_out_of_time_is_that_calls_outcome
     replays = [Call.objects.get(pk=item.replay_id) for item in items]
     assert replays[0].error == "unexpected EOF" and replays[1].error.startswith("no complete answer within")
     assert "claims a filtered node" in replays[2].error  # whole: judged as kube-scheduler would (names unknown)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_progress_is_saved_before_waiting_for_the_next_call_at_a_slow_rate(backend_server, monkeypatch):
+    import extproxy.replay.runner as runner
+    from tests.test_replay_scale import record_calls
+
+    backend = backend_server({"filter": without_nagle(pass_all)})
+    record_calls(3)
+    run = ReplayRun.objects.create(selector={"filters": {"verb": "filter"}}, target={"kind": "configured"}, rate=0.05)
+    done_while_waiting = []
+
+    def wait(seconds: float) -> None:  # 20 s a call: what the run's page reads meanwhile
+        done_while_waiting.append((round(seconds), ReplayRun.objects.get(pk=run.pk).done))
+        now[0] += seconds
+
+    now = [time.monotonic()]  # the runner's clock: it moves only when the runner waits
+    monkeypatch.setattr(runner, "time", SimpleNamespace(sleep=wait, monotonic=lambda: now[0]))
+    run_replay(run, config=gpu_config(backend.url))
+
+    assert done_while_waiting == [(20, 1), (20, 2)]
+    run.refresh_from_db()
+    assert (run.status, run.done) == ("done", 3)

@@ -331,6 +331,8 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
         for call in queryset[:MAX_CALLS_PER_RUN].iterator(chunk_size=100):
             if interval:
                 delay = next_at - time.monotonic()
+                if delay > PROGRESS_EVERY:  # a slow rate: what is done shows while the run waits
+                    progress.save(force=True)
                 if delay > 0:
                     time.sleep(delay)
                 next_at = max(next_at, time.monotonic() - 1.0) + interval  # at most a second of catch-up burst
