@@ -172,7 +172,7 @@ class Replayer:
         from ..engine import Engine
 
         capture = CaptureRecorder()
-        self._engines[key] = Engine(config, capture)  # type: ignore[arg-type]
+        self._engines[key] = Engine(config, capture, observes_backends=False)  # type: ignore[arg-type]
         self._capture[key] = capture
 
     def replay(self, original: Original) -> Result:
