@@ -67,3 +67,13 @@ def test_an_item_keeps_at_most_20_marks_of_200_characters():
     assert len(kept) == MAX_MARKS + 1 and kept[-1] == "and 5 more"
     assert all(len(mark) == MAX_MARK_TEXT for mark in kept[:-1])
     assert kept_marks(["a"]) == ["a"]
+
+
+def test_a_fixtures_request_redactions_are_its_replays_marks():
+    from extproxy.replay.runner import Original
+
+    mark = "Pod.metadata.labels['tier'] redacted"
+    data = {"call": {"verb": "filter", "backend": "gpu", "outcome": "ok"}, "request": {"Pod": None},
+            "redactions": [mark, "response: NodeNames[0] redacted"]}
+    assert Original.from_fixture(data).marks == [mark]  # the response's marks are not the request's
+    assert Original.from_fixture({**data, "redactions": []}).marks == []
