@@ -65,9 +65,12 @@ def failure_answer(verb: Verb, backend: str, exchange: Exchange) -> Answer:
 
 
 class Engine:
-    def __init__(self, config: ProxyConfig, recorder: SpoolRecorder) -> None:
+    def __init__(self, config: ProxyConfig, recorder: SpoolRecorder, observes_backends: bool = True) -> None:
         self.config = config
         self.recorder = recorder
+        # A replay's engine calls targets under the replaced backends' names: its durations are
+        # not the production backends' (/metrics), so it observes none.
+        self.observes_backends = observes_backends
         if config.kind == "default":
             policies = {name: default_policy() for name in config.policies}
         else:
@@ -128,7 +131,8 @@ class Engine:
             aside.put(self._observe, backend.name, verb, exchange.finished_at - exchange.started_at)
 
     def _observe(self, backend: str, verb: Verb, seconds: float) -> None:
-        self._backend_duration(backend, verb).observe(seconds)
+        if self.observes_backends:
+            self._backend_duration(backend, verb).observe(seconds)
 
     def _record(self, backend: Backend, verb: Verb, body: bytes | BodyFeed, exchange: Exchange, answered_status: int,
                 answered_body: bytes | None) -> None:

@@ -335,6 +335,7 @@ class ReplayRun(models.Model):
     changed = models.IntegerField(default=0)  # calls whose decisions changed
     errors = models.IntegerField(default=0)  # calls that could not be replayed
     skipped = models.IntegerField(default=0)  # binds (not replayed unless asked)
+    redacted = models.IntegerField(default=0)  # calls replayed with a request redaction changed
     counts = models.JSONField(default=dict)  # kind of change -> number of calls
     error = models.TextField(blank=True, default="")
     # The process holding the run (queued or running) and its last sign of life (replay/worker.py).
@@ -371,6 +372,15 @@ class ReplayItem(models.Model):
     kinds = models.JSONField(default=list)
     diff_blob = models.BinaryField(default=b"")  # zlib-compressed JSON diff (replay/diff.py)
     error = models.TextField(blank=True, default="")
+    # What redaction changed in the request the target got (replay/diff.py kept_marks): a change
+    # may then be the redaction's. Empty when it was sent as received.
+    request_marks = models.JSONField(default=list)
+
+    @property
+    def redaction_note(self) -> str:
+        from .replay.diff import redaction_note
+
+        return redaction_note(self.request_marks)
 
     class Meta:
         ordering = ["id"]

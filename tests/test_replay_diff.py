@@ -90,3 +90,16 @@ def test_it_bounds_the_node_list_but_counts_every_change():
     n = MAX_NODE_CHANGES + 25
     result = diff(side([d(f"n{i}", "passed") for i in range(n)]), side([d(f"n{i}", "failed", "x") for i in range(n)]))
     assert len(result.nodes) == MAX_NODE_CHANGES and result.more_nodes == 25 and result.kinds["passed->failed"] == n
+
+
+def test_a_preempt_decision_changes_with_its_pdb_violations_and_not_with_its_victims_order():
+    def preempt(reason):
+        return side([d("node-1", "passed", reason)], verb="preempt")
+
+    assert not diff(preempt("victims: a, b"), preempt("victims: b, a")).changed  # as stored before sorting
+    assert not diff(preempt("victims: a, b; PDB violations: 1"), preempt("victims: b, a; PDB violations: 1")).changed
+    pdb = diff(preempt("victims: a, b"), preempt("victims: a, b; PDB violations: 1"))
+    assert dict(pdb.kinds) == {"reason": 1} and pdb.nodes[0]["after"] == "victims: a, b; PDB violations: 1"
+    assert dict(diff(preempt("victims: a, b"), preempt("victims: a, c")).kinds) == {"reason": 1}
+    # Only a preempt decision's victims are a set: a filter reason is text.
+    assert diff(side([d("n", "failed", "victims: a, b")]), side([d("n", "failed", "victims: b, a")])).changed

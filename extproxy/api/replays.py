@@ -61,6 +61,7 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
         "changed": run.changed,
         "errors": run.errors,
         "skipped": run.skipped,
+        "redacted": run.redacted,
         "counts": run.counts,
         "error": run.error,
         "url": f"/api/replays/{run.pk}/",
@@ -76,6 +77,8 @@ def item_to_json(item: ReplayItem, with_diff: bool = False) -> dict[str, Any]:
         "changed": item.changed,
         "kinds": item.kinds,
         "error": item.error,
+        "request_redacted": item.request_marks,
+        "note": item.redaction_note,
         "links": {
             "original": f"/api/calls/{item.original_id}/" if item.original_id else None,
             "replay": f"/api/calls/{item.replay_id}/" if item.replay_id else None,
@@ -154,7 +157,8 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
     Every run stored is in the audit trail (who, what, against which target, from where)."""
     selector = _selector(data)
     try:
-        target = check(data.get("target") or {"kind": "configured"}, get_engine().config.policies)
+        config = get_engine().config
+        target = check(data.get("target") or {"kind": "configured"}, config.policies, [b.name for b in config.backends])
     except TargetError as exc:
         raise ValidationError({"target": str(exc)}) from None
     # The target is stored with the run and in the audit trail: its size is bounded, whatever

@@ -22,6 +22,25 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 MAX_NODE_CHANGES = 500
+VICTIMS = "victims: "  # how a preempt decision's reason begins (semantics/judge.py victims_reason)
+MAX_MARKS = 20  # redaction marks kept with a replayed item; the rest counted
+MAX_MARK_TEXT = 200  # characters of each
+
+
+def kept_marks(marks: list[str]) -> list[str]:
+    """The redaction marks of a replayed request as an item keeps them (bounded)."""
+    kept = [str(mark)[:MAX_MARK_TEXT] for mark in marks[:MAX_MARKS]]
+    if len(marks) > MAX_MARKS:
+        kept.append(f"and {len(marks) - MAX_MARKS} more")
+    return kept
+
+
+def redaction_note(marks: list[str]) -> str:
+    """What a replay of a request that was not sent as received must say with its diff: the
+    target got the redacted bytes, so a change may be the redaction's, not the target's."""
+    if not marks:
+        return ""
+    return f"request was redacted: {'; '.join(marks)}; a change here may come from the redaction"
 
 
 @dataclass
@@ -101,12 +120,12 @@ def diff(before: Side, after: Side) -> Diff:
         result.kinds["error"] += 1
     old, new = _by_key(before.decisions), _by_key(after.decisions)
     for key in list(old) + [k for k in new if k not in old]:
-        _compare_node(result, key, old.get(key), new.get(key))
+        _compare_node(result, key, old.get(key), new.get(key), before.verb == "preempt")
     _compare_ranks(result, before, after)
     return result
 
 
-def _compare_node(result: Diff, key: tuple[str, str], was: dict | None, now: dict | None) -> None:
+def _compare_node(result: Diff, key: tuple[str, str], was: dict | None, now: dict | None, preempt: bool) -> None:
     backend, node = key
     if was is None or now is None:
         kind = "added" if was is None else "removed"
@@ -117,12 +136,27 @@ def _compare_node(result: Diff, key: tuple[str, str], was: dict | None, now: dic
     if was["result"] != now["result"]:
         result._node(node, backend, f"{was['result']}->{now['result']}", was.get("reason"), now.get("reason"))
         return
-    if (was.get("reason") or "") != (now.get("reason") or ""):
+    if not _same_reason(was.get("reason") or "", now.get("reason") or "", preempt):
         result._node(node, backend, "reason", was.get("reason"), now.get("reason"))
     if was.get("score") != now.get("score"):
         result._node(node, backend, "score", was.get("score"), now.get("score"))
     if was.get("weighted_score") != now.get("weighted_score"):
         result._node(node, backend, "weighted_score", was.get("weighted_score"), now.get("weighted_score"))
+
+
+def _same_reason(was: str, now: str, preempt: bool) -> bool:
+    """Reasons alike; a preempt decision's victims compared as a set (judge.victims_reason sorts
+    them, a decision stored before it did may list them in the reply's order)."""
+    if was == now:
+        return True
+    if not (preempt and was.startswith(VICTIMS) and now.startswith(VICTIMS)):
+        return False
+    return _victims_key(was) == _victims_key(now)
+
+
+def _victims_key(reason: str) -> tuple[list[str], str]:
+    uids, _, violations = reason[len(VICTIMS):].partition("; ")
+    return sorted(uids.split(", ")), violations
 
 
 def _compare_ranks(result: Diff, before: Side, after: Side) -> None:

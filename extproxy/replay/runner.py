@@ -32,9 +32,10 @@ import msgspec
 from .. import protocol
 from ..bodies import request_of
 from ..config import BackendConfig, ProxyConfig, RedactionConfig
+from ..backends.base import StreamBroken
 from ..recorder import AttemptTracker, NodeDeduper, build_call, compress
 from ..recording.bulk import make_storable
-from ..recording.rows import MAX_ERROR_TEXT
+from ..recording.rows import MAX_ERROR_TEXT, Undecodable
 from ..redaction import bounded_text
 from . import diff as diffs
 from .modes import in_mode
@@ -50,6 +51,9 @@ MAX_CALLS_PER_RUN = 100_000
 REDACTION_CACHE_BYTES = 64 << 10
 STORED_BODY_CACHE_BYTES = 64 << 10
 PROGRESS_EVERY = 0.5  # seconds between progress saves of a run
+# What a recorded call that cannot be decoded (the recorder stored it raw) raises on its way
+# through replay: the call's item has the error, the batch goes on.
+UNREADABLE = (Undecodable, RecursionError, UnicodeDecodeError)
 
 
 @dataclass
@@ -65,11 +69,16 @@ class Original:
     error: str
     decisions: list[dict]
     hint: dict[str, Any] = field(default_factory=dict)  # what a fixture recorded of the target
+    # What redaction (or retention) changed in the request: the target gets those bytes, not the
+    # scheduler's; empty when the request is as received.
+    marks: list[str] = field(default_factory=list)
 
     @classmethod
     def from_call(cls, call) -> "Original":
-        return cls(call.pk, call.verb, call.backend, call.form, request_of(call).data, call.outcome, call.error,
-                   call.decisions())
+        request = request_of(call)
+        marks = [] if request.exact else diffs.kept_marks(request.marks or ["request not as received"])
+        return cls(call.pk, call.verb, call.backend, call.form, request.data, call.outcome, call.error,
+                   call.decisions(), marks=marks)
 
     @classmethod
     def from_fixture(cls, data: dict[str, Any]) -> "Original":
@@ -77,8 +86,11 @@ class Original:
 
         call = data["call"]
         hint = dict(data.get("target") or {}, verb=call["verb"])
+        # A fixture's redactions: the request's marks, then the response's ("response: ...").
+        marks = [str(m) for m in data.get("redactions") or () if not str(m).startswith("response: ")]
         return cls(call.get("id"), call["verb"], call["backend"], call.get("form", "per-backend"),
-                   fixture_request_bytes(data), call["outcome"], call.get("error", ""), data.get("decisions") or [], hint)
+                   fixture_request_bytes(data), call["outcome"], call.get("error", ""), data.get("decisions") or [], hint,
+                   marks=diffs.kept_marks(marks))
 
 
 @dataclass
@@ -99,8 +111,8 @@ class Replayer:
         self.config = config
         self.allow_bind = allow_bind
         self.loop = asyncio.new_event_loop()
-        self._engines: dict[str, Any] = {}
-        self._capture: dict[str, CaptureRecorder] = {}
+        self._engines: dict[tuple, Any] = {}
+        self._capture: dict[tuple, CaptureRecorder] = {}
         self.redaction = config.redaction
         self.nodes = NodeDeduper(config.redaction, redaction_cache_bytes=REDACTION_CACHE_BYTES,
                                  stored_body_bytes=STORED_BODY_CACHE_BYTES)
@@ -108,36 +120,60 @@ class Replayer:
 
     def engine_for(self, original: Original):
         """The engine for this call: the configuration, with the target standing in for the
-        call's backend (per-backend) or for `target.replaces` (combined)."""
-        from ..engine import Engine
-
-        if self.target["kind"] == "configured":
-            key = ""
-        elif original.form == "combined":
-            key = self.target.get("replaces") or (self.config.backends[0].name if len(self.config.backends) == 1 else "")
-            if not key:
+        call's backend (per-backend) or for `target.replaces` (combined). With `replaces`, a
+        per-backend call of another backend goes to that backend as configured (as the
+        scheduler's call would now), not to the target. Engines are kept by what stands in for
+        which backend, so calls of several backends (a fixture set) each get their own."""
+        replaces = self.target.get("replaces")
+        if original.form == "combined" and original.hint and self.config.kind == "default":
+            # A fixture does not hold the backends of a combined call (only the proxy's URL):
+            # the default configuration's built-in policy is not what the scheduler's call met.
+            raise TargetError("a combined call's fixture is replayed against the configured backends, and no"
+                              " configuration was given: give the one the call was recorded with (--config)")
+        if replaces and self.config.backend(replaces) is None and replaces != original.backend:
+            configured = sorted(b.name for b in self.config.backends)
+            raise TargetError(f"target.replaces: no backend {replaces!r} (configured: {configured})")
+        if self.target["kind"] == "configured" or (original.form != "combined" and replaces and replaces != original.backend):
+            return self._as_configured(original)
+        if original.form == "combined":
+            name = replaces or (self.config.backends[0].name if len(self.config.backends) == 1 else "")
+            if not name:
                 raise TargetError("target.replaces: name the backend the target stands in for in a combined call")
         else:
-            key = original.backend
+            name = original.backend
+        key = ("target", name)
         if key not in self._engines:
-            capture = CaptureRecorder()
-            config = self.config
-            if key:
-                base = base_backend(self.config, key, original.hint)
-                stand_in, policies = replacing(self.target, base, self.config.policies)
-                others = tuple(b for b in self.config.backends if b.name != key)
-                position = [b.name for b in self.config.backends].index(key) if self.config.backend(key) else len(others)
-                backends = others[:position] + (stand_in,) + others[position:]
-                config = ProxyConfig(backends=backends, policies={**self.config.policies, **policies},
-                                     redaction=self.config.redaction, parallel_filter=self.config.parallel_filter,
-                                     source="<replay>", kind="extproxy" if policies or self.config.kind != "default" else "default")
-            elif original.form != "combined" and self.config.backend(original.backend) is None and original.hint.get("url"):
-                stand_in = base_backend(self.config, original.backend, original.hint)
-                config = ProxyConfig(backends=self.config.backends + (stand_in,), policies=self.config.policies,
-                                     redaction=self.config.redaction, source="<replay>", kind=self.config.kind)
-            self._engines[key] = Engine(config, capture)  # type: ignore[arg-type]
-            self._capture[key] = capture
+            base = base_backend(self.config, name, original.hint)
+            stand_in, policies = replacing(self.target, base, self.config.policies)
+            others = tuple(b for b in self.config.backends if b.name != name)
+            position = [b.name for b in self.config.backends].index(name) if self.config.backend(name) else len(others)
+            backends = others[:position] + (stand_in,) + others[position:]
+            config = ProxyConfig(backends=backends, policies={**self.config.policies, **policies},
+                                 redaction=self.config.redaction, parallel_filter=self.config.parallel_filter,
+                                 source="<replay>", kind="extproxy" if policies or self.config.kind != "default" else "default")
+            self._start(key, config)
         return self._engines[key], self._capture[key]
+
+    def _as_configured(self, original: Original):
+        """The configuration as it is; a fixture's backend that is not in it is added as the
+        fixture recorded it (its URL)."""
+        key: tuple = ("configured",)
+        config = self.config
+        if original.form != "combined" and self.config.backend(original.backend) is None and original.hint.get("url"):
+            stand_in = base_backend(self.config, original.backend, original.hint)
+            key = ("recorded", stand_in.name, stand_in.url_prefix)
+            config = ProxyConfig(backends=self.config.backends + (stand_in,), policies=self.config.policies,
+                                 redaction=self.config.redaction, source="<replay>", kind=self.config.kind)
+        if key not in self._engines:
+            self._start(key, config)
+        return self._engines[key], self._capture[key]
+
+    def _start(self, key: tuple, config: ProxyConfig) -> None:
+        from ..engine import Engine
+
+        capture = CaptureRecorder()
+        self._engines[key] = Engine(config, capture, observes_backends=False)  # type: ignore[arg-type]
+        self._capture[key] = capture
 
     def replay(self, original: Original) -> Result:
         if original.verb == "bind" and not self.allow_bind:
@@ -160,13 +196,18 @@ class Replayer:
                 answer = self.loop.run_until_complete(engine.per_backend(backend, verb, verb_string, body))
                 stream = getattr(answer, "stream", None)
                 if stream is not None:  # a reply over EXTPROXY_MAX_REPLY_BYTES: recorded once passed on
-                    self.loop.run_until_complete(_drain(stream))
+                    try:
+                        self.loop.run_until_complete(_drain(stream))
+                    except StreamBroken:
+                        pass  # the trace has how the reply broke off (or timed out): judged below
             if not capture.traces:
                 return Result("error", original, error="the replay left no trace to judge")
             trace = capture.take()
+            call, children = build_call(trace, self.redaction, self.attempts, self.nodes)
         except TargetError as exc:
             return Result("error", original, error=str(exc))
-        call, children = build_call(trace, self.redaction, self.attempts, self.nodes)
+        except UNREADABLE as exc:
+            return Result("error", original, error=f"the recorded call cannot be replayed: {type(exc).__name__}: {exc}")
         before = diffs.Side(original.backend, original.verb, original.outcome, original.error, original.decisions)
         after = diffs.Side(call.backend, call.verb, call.outcome, call.error, call.decisions())
         return Result("replayed", original, diffs.diff(before, after), call, children)
@@ -233,6 +274,7 @@ def store(result: Result, run, nodes: NodeDeduper) -> Any:
             kinds=sorted(result.diff.kinds) if result.diff else [],
             diff_blob=compress(msgspec.json.encode(diff_json)) if diff_json else b"",
             error=bounded_text(result.error, nodes.rules, MAX_ERROR_TEXT),
+            request_marks=result.original.marks if result.status == "replayed" else [],
         )
     return replay
 
@@ -256,13 +298,15 @@ class Progress:
             run.changed += 1
             for kind in result.diff.kinds:  # calls per kind of change, not nodes
                 self.counts[kind] += 1
+        if result.status == "replayed" and result.original.marks:
+            run.redacted += 1
 
     def save(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._saved < PROGRESS_EVERY:
             return
         self._saved = time.monotonic()
         self.run.counts = dict(self.counts)
-        fields = ["done", "changed", "errors", "skipped", "counts", "total", "status", "started_at", "finished_at"]
+        fields = ["done", "changed", "errors", "skipped", "redacted", "counts", "total", "status", "started_at", "finished_at"]
         # The run's error is written when the run ends (its own, or none): a save from memory
         # while it goes on would undo what `manage.py redact` wrote to the field meanwhile.
         self.run.save(update_fields=fields + ["error"] if force and self.run.finished_at else fields)
@@ -290,6 +334,8 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
         for call in queryset[:MAX_CALLS_PER_RUN].iterator(chunk_size=100):
             if interval:
                 delay = next_at - time.monotonic()
+                if delay > PROGRESS_EVERY:  # a slow rate: what is done shows while the run waits
+                    progress.save(force=True)
                 if delay > 0:
                     check_cancelled(run, delay)  # the rate's wait, cut short by a cancel
                 next_at = max(next_at, time.monotonic() - 1.0) + interval  # at most a second of catch-up burst

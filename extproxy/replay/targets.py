@@ -9,14 +9,15 @@ A target is JSON (it is stored on the ReplayRun and comes from the API and the c
     {"kind": "policy", "policy": "<configured policy>" | "rules": {...a policy...}, "replaces": ...}
 
 The replacing backend takes the replaced backend's name (so decisions line up backend by
-backend) and, for every field the target leaves out, the replaced backend's value. Fields are
+backend) and, for every field the target leaves out, the replaced backend's value; but for a
+policy, nodeCacheCapable is false unless the target sets it (a policy needs full Node objects). Fields are
 checked by the configuration's own loader (config.parse_config): a bad target is a
 TargetError naming the field. The engine records nothing: its recorder keeps the Trace.
 """
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from ..config import BackendConfig, ConfigError, ProxyConfig, parse_config
 from ..policies import PolicyError, parse_policy
@@ -50,9 +51,11 @@ class CaptureRecorder:
         return trace
 
 
-def check(target: dict[str, Any], policies: dict[str, Any]) -> dict[str, Any]:
+def check(target: dict[str, Any], policies: dict[str, Any], backends: Sequence[str] = ()) -> dict[str, Any]:
     """The target, validated as far as it can be without knowing the call (TargetError).
-    `policies`: the configured ones, which a policy target may name."""
+    `policies`: the configured ones, which a policy target may name; `backends`: the configured
+    backends' names, one of which `replaces` must be (none given: known only per call, where the
+    runner checks it)."""
     if not isinstance(target, dict) or target.get("kind", "configured") not in KINDS:
         raise TargetError(f"target.kind must be one of {', '.join(KINDS)}")
     target = {"kind": "configured", **target}
@@ -64,6 +67,8 @@ def check(target: dict[str, Any], policies: dict[str, Any]) -> dict[str, Any]:
         raise TargetError(f"target: not JSON ({exc})") from None
     if "replaces" in target and not isinstance(target["replaces"], str):
         raise TargetError("target.replaces: a backend name")
+    if backends and "replaces" in target and target["replaces"] not in backends:
+        raise TargetError(f"target.replaces: no backend {target['replaces']!r} (configured: {sorted(backends)})")
     if target["kind"] == "url" and not isinstance(target.get("url"), str):
         raise TargetError("target.url: required for kind url (the extender's urlPrefix)")
     if target["kind"] == "policy" and ("policy" in target) == ("rules" in target):
@@ -95,6 +100,10 @@ def _camel(config: BackendConfig) -> dict[str, Any]:
 def replacing(target: dict[str, Any], replaced: BackendConfig, policies: dict[str, Any]) -> tuple[BackendConfig, dict[str, Any]]:
     """The backend that stands in for `replaced`, and the policies it needs."""
     entry: dict[str, Any] = {"name": replaced.name, **_camel(replaced)}
+    if target["kind"] == "policy":
+        # A policy reads full Node objects: standing in for a nodeCacheCapable extender it gets
+        # them (replay converts the request) unless the target asks for names.
+        entry["nodeCacheCapable"] = False
     entry.update({k: target[k] for k in _URL_KEYS if k in target})
     file: dict[str, Any] = {"backends": [entry]}
     if target["kind"] == "url":

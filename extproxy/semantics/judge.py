@@ -334,9 +334,20 @@ def judge_preempt(backend: BackendConfig, input_victims: dict[str, list[str]], s
     if error:
         return _fail(error, findings)
     decisions = [
-        Decision(node, backend.name, Result.PASSED, "victims: " + ", ".join(accepted[node].pods))
+        Decision(node, backend.name, Result.PASSED, victims_reason(accepted[node]))
         if node in accepted
         else Decision(node, backend.name, Result.FAILED, "dropped by backend")
         for node in input_victims
     ]
     return Verdict(outcome=Outcome.OK, error="", decisions=decisions, findings=findings, victims=accepted)
+
+
+def victims_reason(victims: MetaVictims) -> str:
+    """A node's preempt decision: its victims as a set (the scheduler evicts them whatever the
+    order), and the PDB violations they cause when any (the scheduler weighs candidate nodes
+    by them). Written so that a decision stored before the count was added reads the same
+    when it was 0 (replay/diff.py compares these)."""
+    reason = "victims: " + ", ".join(sorted(victims.pods))
+    if victims.num_pdb_violations:
+        reason += f"; PDB violations: {victims.num_pdb_violations}"
+    return reason

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 from django.core.management.base import BaseCommand, CommandError
 
 from extproxy.audit import Action, audit
+from extproxy.replay.diff import redaction_note
 from extproxy.replay.runner import Original, Replayer, Result, run_replay, select_calls
 from extproxy.replay.targets import TargetError, check
 from extproxy.replay.worker import beating
@@ -32,7 +33,7 @@ SHOW_CHANGED = 20
 
 class Summary:
     def __init__(self) -> None:
-        self.total = self.replayed = self.changed = self.errors = self.skipped = 0
+        self.total = self.replayed = self.changed = self.errors = self.skipped = self.redacted = 0
         self.counts: Counter = Counter()
         self.changed_calls: list[dict[str, Any]] = []
         self.error_calls: list[dict[str, Any]] = []
@@ -48,12 +49,14 @@ class Summary:
                 self.error_calls.append({"call": call, "error": result.error})
         else:
             self.replayed += 1
+            self.redacted += bool(result.original.marks)
             if result.diff is not None and result.diff.changed:
                 self.changed += 1
                 self.counts.update(result.diff.kinds.keys())
                 if len(self.changed_calls) < SHOW_CHANGED:
                     self.changed_calls.append({"call": call, "verb": result.original.verb, "backend": result.original.backend,
-                                               "kinds": dict(result.diff.kinds), "winner": result.diff.winner})
+                                               "kinds": dict(result.diff.kinds), "winner": result.diff.winner,
+                                               "note": redaction_note(result.original.marks)})
 
     @property
     def status(self) -> int:
@@ -63,7 +66,7 @@ class Summary:
 
     def to_json(self) -> dict[str, Any]:
         return {"total": self.total, "replayed": self.replayed, "changed": self.changed, "errors": self.errors,
-                "skipped": self.skipped, "counts": dict(sorted(self.counts.items())),
+                "skipped": self.skipped, "redacted": self.redacted, "counts": dict(sorted(self.counts.items())),
                 "changed_calls": self.changed_calls, "error_calls": self.error_calls, "exit_status": self.status}
 
 
@@ -234,6 +237,8 @@ class Command(BaseCommand):
             return
         rows = [("calls", summary.total), ("replayed", summary.replayed), ("changed", summary.changed),
                 ("errors", summary.errors), ("skipped (bind)", summary.skipped)]
+        if summary.redacted:
+            rows.append(("request redacted", summary.redacted))
         rows += [(f"  {kind}", count) for kind, count in sorted(summary.counts.items())]
         width = max(len(name) for name, _ in rows)
         self.stdout.write(f"{'':{width}}  calls")
@@ -242,6 +247,8 @@ class Command(BaseCommand):
         for call in summary.changed_calls:
             kinds = ", ".join(f"{k} x{n}" for k, n in sorted(call["kinds"].items()))
             self.stdout.write(f"changed: call {call['call']} ({call['verb']} {call['backend']}): {kinds}")
+            if call["note"]:
+                self.stdout.write(f"  {call['note']}")
         for call in summary.error_calls:
             self.stdout.write(f"error: call {call['call']}: {call['error']}")
 
