@@ -36,6 +36,14 @@ OBJECT_FIELDS = ("Pod", "NodeNameToVictims")
 # fill a 64 MiB reply with fields of its own, and the patterns cost 0.1-0.5 s a MiB. A field past
 # the bound is not kept, and says so (too_long).
 OTHER_FIELDS_REDACT_MAX = 1 << 20
+# The fields that name nodes and pods, the scheduler's own words that replay sends again and the
+# pages link by: kept as they came, never read as free text (a name is no secret, and a pattern
+# must not turn `tokenserver01` into `token[redacted]`). Nor do they count towards the bound.
+IDENTITY_FIELDS = ("NodeNames", "Node", "PodName", "PodNamespace", "PodUID")
+
+
+def is_identity(key: str) -> bool:
+    return any(go_key((key,), name) for name in IDENTITY_FIELDS)
 
 
 def too_long(value: bytes) -> tuple[bytes, list[str]]:
@@ -84,7 +92,7 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedL
     other = 0  # bytes of the other fields so far
     for key, raw in envelope.items():
         value = bytes(raw)
-        if key not in special and value in (b"null", b"true", b"false", b"[]", b"{}", b'""'):
+        if key not in special and (value in (b"null", b"true", b"false", b"[]", b"{}", b'""') or is_identity(key)):
             continue  # nothing to redact: stays among the literal bytes
         start = _value_at(body, key, value, cursor)
         if start < 0:
@@ -108,9 +116,10 @@ def compact(body: bytes, redact: Redactor, add_node: NodeAdder, lists: "SplicedL
             originals += spliced.originals[first:]
             marks += spliced.marks
         else:
-            if key not in special:
+            if key not in special:  # the bound is on the other fields: the protocol's own are always read
                 other += len(value)
-            redacted = too_long(value) if other > OTHER_FIELDS_REDACT_MAX else redact(name, value)
+            past = key not in special and other > OTHER_FIELDS_REDACT_MAX
+            redacted = too_long(value) if past else redact(name, value)
             if redacted is None or not redacted[1]:
                 _literal(pieces, originals, value)
             else:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .config import RedactionConfig
 
@@ -62,7 +63,9 @@ def _names_bytes(patterns: tuple[str, ...]) -> tuple[re.Pattern[bytes], bool]:
 
 _ENV_JSON = re.compile(r'("name"\s*:\s*"((?:[^"\\]|\\.){0,256})"\s*,\s*"value"\s*:\s*")((?:[^"\\]|\\.)*)(")')
 _QUOTED_PAIR = re.compile(r'(["\'])([^"\'\n]{1,256})\1(\s*:\s*)(["\'])((?:[^"\'\\]|\\.)*)\4')
-_CREDENTIAL = re.compile(r"\b(Bearer|Token|Basic|extproxy\.token\.)(\s*)[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
+# A scheme word and its credential are apart (`Authorization: Basic <base64>`): without the space
+# required, a node named `tokenserver01` or `basic-pool-abcdefgh` was read as a credential.
+_CREDENTIAL = re.compile(r"\b((?:Bearer|Token|Basic)\s+|extproxy\.token\.)[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^\s:/@]{1,256}:)[^\s/@]+(@)", re.IGNORECASE)
 
 
@@ -72,7 +75,7 @@ def _plain_pair(patterns: tuple[str, ...]) -> re.Pattern[str]:
     # A value already [redacted] is taken whole, so that redacting again changes nothing (the
     # value's characters stop at `]`: `password=[redacted]` became `password=[redacted]]`).
     return re.compile(
-        rf"((?:{_names(patterns).pattern})[\w.\-/]*\s*[=:]\s*)((?:(?:Bearer|Token|Basic)\s+)?(?:{re.escape(REDACTED)}|[^\s\"',;&}}\]]+))",
+        rf"((?:{_names(patterns).pattern})[\w.\-/]{{0,128}}\s*[=:]\s*)((?:(?:Bearer|Token|Basic)\s+)?(?:{re.escape(REDACTED)}|[^\s\"',;&}}\]]+))",
         re.IGNORECASE,
     )
 
@@ -80,9 +83,10 @@ def _plain_pair(patterns: tuple[str, ...]) -> re.Pattern[str]:
 @lru_cache(maxsize=32)
 def _flag_then_word(patterns: tuple[str, ...]) -> re.Pattern[str]:
     # `mysqld --password x` inside one argument (`sh -c "..."`): the word after a secret flag,
-    # quoted or not; a following flag is not a value.
+    # quoted or not; a following flag is not a value. The runs around the name are bounded: unbounded,
+    # `-tokentoken...` took quadratic time (each start scanned to the end), 0.15 s at 8 kB.
     return re.compile(
-        rf"((?<![\w\-])-{{1,2}}[\w.\-]*(?:{_names(patterns).pattern})[\w.\-]*[ \t]+)"
+        rf"((?<![\w\-])-{{1,2}}[\w.\-]{{0,128}}(?:{_names(patterns).pattern})[\w.\-]{{0,128}}[ \t]+)"
         rf"({re.escape(REDACTED)}|'[^'\n]*'|\"[^\"\n]*\"|[^\s\"'`;&|\\\-][^\s\"'`;&|]*)",
         re.IGNORECASE,
     )
@@ -114,7 +118,7 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
         text = _plain_pair(rules.name_patterns).sub(rf"\g<1>{REDACTED}", text)
     if "-" in text:
         text = _flag_then_word(rules.name_patterns).sub(rf"\g<1>{REDACTED}", text)
-    text = _CREDENTIAL.sub(rf"\1\2{REDACTED}", text)
+    text = _CREDENTIAL.sub(rf"\1{REDACTED}", text)
     if "://" in text:
         text = _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
     return text
@@ -122,8 +126,20 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
 
 def url_without_password(url: str) -> str:
     """`url` with the password of its userinfo replaced (`http://user:[redacted]@host/`): a
-    backend's urlPrefix may carry Basic-auth credentials, and its URL is shown and copied out."""
-    return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", url) if "@" in url else url
+    backend's urlPrefix may carry Basic-auth credentials, and its URL is shown and copied out.
+    Read as the URL's own parser reads it (the userinfo ends at the host's last "@", the user may
+    be empty): a pattern missed `http://:token@host/` and cut `user:p@ss@host` after `p`."""
+    if "@" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL its parser takes: the pattern, at least
+        return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", url)
+    if password is None:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:{REDACTED}@{host}"))
 
 
 def bounded_text(text: str, rules: RedactionConfig, limit: int, margin: int | None = None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import requests
 from django.contrib.auth.models import Group, User
 from django.test import Client
@@ -49,3 +50,18 @@ def test_a_backends_url_password_reaches_no_role(backend_server, proxy, write_co
     trail = token_session("auditor").get(server.url + "/api/audit/")
     assert trail.status_code == 200 and "copy" in trail.text.lower()
     assert PASSWORD not in trail.text
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("http://:token@host/x", "http://:[redacted]@host/x"),  # an empty user
+    ("http://dev:p@ss@host:8/x", "http://dev:[redacted]@host:8/x"),  # "@" in the password
+    ("https://a:b@[::1]:9/x?q=1", "https://a:[redacted]@[::1]:9/x?q=1"),
+    ("http://host/a@b:c", "http://host/a@b:c"),  # "@" in the path: no userinfo
+    ("http://user@host/", "http://user@host/"),
+])
+def test_a_url_password_is_redacted_as_the_url_parser_reads_it(url, shown):
+    from extproxy.redaction import url_without_password
+    from extproxy.semantics.errors import reply_error_text
+
+    assert url_without_password(url) == shown
+    assert reply_error_text(None, "refused", url) == f'Post "{shown.replace("[redacted]", "***")}": refused'

@@ -50,3 +50,62 @@ def test_a_json_replys_fields_of_its_own_are_stored_redacted(backend_server, pro
     assert SECRET.encode() not in kept and BASIC.encode() not in kept
     assert json.loads(kept)["Debug"] == "token=[redacted] used"
     assert json.loads(kept)["NodeNames"] == names
+
+
+ODD_NAMES = ["tokenserver01.corp", "basic-pool-abcdefgh", "gke-c-basic-1234abcd-x", "bearer-node-12345678"]
+
+
+def test_names_that_start_like_a_credential_are_stored_as_they_came(backend_server, proxy, write_config, admin_client):
+    """Node and pod names are the scheduler's words, which replay sends again: the credential
+    pattern read `tokenserver01` as "token" and a secret, and the names were stored redacted."""
+    import json
+
+    from extproxy.models import Call
+
+    request = json.loads(fixture_bytes(FILTER_NAMES))
+    request["NodeNames"] = ODD_NAMES
+    ranked = [{"Host": name, "Score": 1} for name in ODD_NAMES]
+    backend = backend_server({"filter": reply(200, {"NodeNames": ODD_NAMES, "FailedNodes": {}, "Error": ""}),
+                              "prioritize": reply(200, ranked), "bind": reply(200, {"Error": ""})})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True, prioritizeVerb="prioritize",
+                                           bindVerb="bind", weight=1)))
+    post(server, "/extender/gpu/filter", json.dumps(request).encode())
+    post(server, "/extender/gpu/prioritize", json.dumps(request).encode())
+    bind = {"PodName": "tokenizer-worker-7f9c", "PodNamespace": "basic-namespace-01", "PodUID": "u-1",
+            "Node": "basic-pool-abcdefgh"}
+    post(server, "/extender/gpu/bind", json.dumps(bind).encode())
+    server.flush()
+
+    def stored(verb: str, field: str) -> bytes:
+        return restore(bytes(getattr(Call.objects.get(verb=verb), field)), lambda shas: {}).body
+
+    assert json.loads(stored("filter", "request_body"))["NodeNames"] == ODD_NAMES
+    assert json.loads(stored("filter", "response_body"))["NodeNames"] == ODD_NAMES
+    assert json.loads(stored("prioritize", "response_body")) == ranked
+    assert json.loads(stored("bind", "request_body")) == bind
+
+
+def test_the_bound_on_other_fields_never_costs_the_protocols_own(backend_server, proxy, write_config, admin_client):
+    """Past 1 MiB of a reply's fields of its own, its protocol fields are still stored and
+    redacted, and do not count towards the bound: only the other fields give way."""
+    import json
+
+    from extproxy.models import Call
+
+    many = [f"node-{i:07d}.example.internal" for i in range(40_000)]  # ~1.3 MB of names: no bound on them
+    failed = {f"node-{i:07d}": f"token={SECRET}" for i in range(8_000)}  # ~300 kB, counted for nothing
+    replies = [  # key order matters: the bound is met in the order the fields come
+        {"Debug": "x" * (1 << 20), "NodeNames": many, "FailedNodes": {"n": f"token={SECRET}"}, "Error": ""},
+        {"Debug": "x" * 900_000, "FailedNodes": failed, "Trace": "kept", "Error": ""},
+    ]
+    backend = backend_server({"filter": lambda handler, body: reply(200, replies.pop(0))(handler, body)})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+    for _ in range(2):
+        post(server, "/extender/gpu/filter", fixture_bytes(FILTER_NAMES))
+    server.flush()
+    first, second = (json.loads(restore(bytes(c.response_body), lambda shas: {}).body)
+                     for c in Call.objects.order_by("started_at"))
+
+    assert first["NodeNames"] == many and first["Error"] == "" and first["FailedNodes"] == {"n": "token=[redacted]"}
+    assert first["Debug"].endswith("not kept: too long to redact]")
+    assert second["Trace"] == "kept" and len(second["FailedNodes"]) == 8_000 and SECRET not in json.dumps(second)

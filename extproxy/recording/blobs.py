@@ -322,11 +322,11 @@ def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> by
     other = 0
     for text_key in out:  # every other field as free text, as the spliced form redacts them
         field = next((n for n in bodyformat.TEXT_FIELDS if go_key((text_key,), n)), None)
-        if text_key in objects:
+        if text_key in objects or bodyformat.is_identity(text_key):
             continue
         value = bytes(envelope[text_key])
         other += 0 if field else len(value)
-        if other > bodyformat.OTHER_FIELDS_REDACT_MAX:
+        if not field and other > bodyformat.OTHER_FIELDS_REDACT_MAX:
             out[text_key] = msgspec.Raw(bodyformat.too_long(value)[0])
         elif redacted := nodes.redact_field(field or text_key, value):
             out[text_key] = msgspec.Raw(redacted[0])

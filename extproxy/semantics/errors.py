@@ -33,7 +33,8 @@ def reply_error_text(verdict: Verdict | None, transport_error: str = "", url: st
 def _password_starred(url: str) -> str:
     """The URL as Go's client prints it in an error: a password in it as "***"."""
     scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.partition("@")
-    if not sep or not at or "/" in userinfo or ":" not in userinfo:
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")  # the host follows the last "@": a password may hold one
+    if not sep or not at or ":" not in userinfo:
         return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
