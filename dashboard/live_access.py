@@ -20,6 +20,7 @@ from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.auth.signals import user_logged_out
+from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 logger = logging.getLogger(__name__)
@@ -30,11 +31,19 @@ def user_group(pk: Any) -> str:
 
 
 def tell(pks: Iterable[Any], **fields: str) -> None:
-    """Sends each user's sockets a recheck; never fails the change that caused it."""
+    """Sends each user's sockets a recheck once the change is committed; never fails the change
+    that caused it. After the commit: a socket rechecking before it (another thread, process or
+    replica) would read the access as it was and stay open. The users are found now: a
+    `pre_clear`'s rows are gone by then."""
+    users = set(pks)
+    transaction.on_commit(lambda: _send(users, fields))
+
+
+def _send(pks: set[Any], fields: dict[str, str]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    for pk in set(pks):
+    for pk in pks:
         message = {"type": "live.recheck", **fields}
         try:
             asyncio.get_running_loop()
@@ -53,8 +62,9 @@ def _logged_out(sender, request, user, **kwargs) -> None:
         tell([user.pk], session=(session.session_key or "") if session is not None else "")
 
 
-def _user_saved(sender, instance, created, **kwargs) -> None:
-    if not created:
+def _user_saved(sender, instance, created, update_fields=None, **kwargs) -> None:
+    # Not a login's own save of last_login (every login): it takes no access away.
+    if not created and set(update_fields or ()) != {"last_login"}:
         tell([instance.pk])
 
 

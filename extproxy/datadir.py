@@ -18,18 +18,24 @@ def keep_private(directory: Path, database: Path | None) -> None:
     """Makes `directory` (created if missing) 0700 and `database` with its WAL and shared-memory
     files 0600; the database file is created empty (a valid SQLite database) when missing, so
     that SQLite opens a private file rather than making one by its own mode."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _tighten(directory, 0o700)
-    if database is None:
-        return
-    if not database.exists():
-        try:
-            os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        except FileExistsError:  # another process created it first
-            pass
-    for path in (database, Path(f"{database}-wal"), Path(f"{database}-shm")):
-        if path.exists():
-            _tighten(path, 0o600)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _tighten(directory, 0o700)
+    except OSError as error:  # said, and left to what uses the directory to fail with its reason
+        warnings.warn(f"{directory}: could not be made private: {error}")
+    if database is None or str(database) == ":memory:" or str(database).startswith("file:"):
+        return  # PostgreSQL (the directory still holds the secret key and the spool), or no file
+    try:
+        if not database.exists() and database.parent.is_dir():
+            try:
+                os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:  # another process created it first
+                pass
+        for path in (database, Path(f"{database}-wal"), Path(f"{database}-shm")):
+            if path.exists():
+                _tighten(path, 0o600)
+    except OSError as error:  # a read-only place: SQLite says why when it opens it
+        warnings.warn(f"{database}: could not be made private: {error}")
 
 
 def _tighten(path: Path, mode: int) -> None:

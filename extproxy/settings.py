@@ -166,11 +166,13 @@ def _pool_options() -> dict:
                      "reconnect_timeout": timeout}}
 
 
+# The secret key, the export signing key, the spool, and SQLite's database (token keys): for
+# extproxy's user only, an existing directory too.
+_datadir.keep_private(DATA_DIR, None if os.environ.get("DATABASE_URL") else
+                      Path(os.environ.get("EXTPROXY_SQLITE_PATH", str(DATA_DIR / "extproxy.sqlite3"))))
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": _database_from_url(os.environ["DATABASE_URL"])}
 else:
-    # the database (token keys), the secret key: for extproxy's user only, an existing one too
-    _datadir.keep_private(DATA_DIR, Path(os.environ.get("EXTPROXY_SQLITE_PATH", str(DATA_DIR / "extproxy.sqlite3"))))
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",

@@ -12,9 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start(data: Path) -> subprocess.CompletedProcess:
+def start(data: Path, **more: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EXTPROXY_", "DJANGO_")) and k != "DATABASE_URL"}
-    env.update(EXTPROXY_DATA_DIR=str(data), DJANGO_SETTINGS_MODULE="extproxy.settings")
+    env.update(EXTPROXY_DATA_DIR=str(data), DJANGO_SETTINGS_MODULE="extproxy.settings", **more)
     return subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=True)
 
@@ -42,3 +42,16 @@ def test_an_existing_wide_data_directory_and_database_are_made_private(tmp_path)
 def test_a_new_database_file_is_private_from_the_start(tmp_path):
     start(tmp_path / "new")
     assert mode(tmp_path / "new") == 0o700 and mode(tmp_path / "new" / "extproxy.sqlite3") == 0o600
+
+
+def test_the_directory_is_private_with_postgresql_too_and_an_odd_sqlite_path_starts(tmp_path):
+    """With DATABASE_URL the directory still holds the secret key, the signing key and the spool;
+    an EXTPROXY_SQLITE_PATH in a directory that is not there fails at SQLite's open, not at start."""
+    data = tmp_path / "pg"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    start(data, DATABASE_URL="postgresql://postgres@127.0.0.1:1/none")  # settings only: nothing connects
+    assert mode(data) == 0o700
+    start(tmp_path / "other", EXTPROXY_SQLITE_PATH=str(tmp_path / "missing" / "db.sqlite3"))
+    start(tmp_path / "memory", EXTPROXY_SQLITE_PATH=":memory:")
+    assert not (ROOT / ":memory:").exists()

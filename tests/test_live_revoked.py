@@ -119,3 +119,23 @@ async def test_logging_out_one_session_leaves_the_users_token_socket_open():
     await change("logout")(client, "v")
     assert await closed_with(by_session) == 4401
     await still_open(by_token)
+
+
+def test_the_recheck_is_sent_once_the_change_is_committed_and_not_for_a_login(monkeypatch):
+    """A socket rechecking before the commit (another thread, process or replica) reads the
+    access as it was and stays open: the admin and `manage.py user role` change in a transaction."""
+    from django.contrib.auth.models import Group, User
+    from django.db import transaction
+
+    from dashboard import live_access
+
+    sent: list[set] = []
+    monkeypatch.setattr(live_access, "_send", lambda pks, fields: sent.append(set(pks)))
+    user = User.objects.create_user("rechecked", password="pw")
+    user.groups.add(Group.objects.get(name="viewer"))
+    with transaction.atomic():
+        user.groups.clear()  # pre_clear: the users are found before the rows go
+        assert sent == []
+    assert sent == [{user.pk}]
+    assert Client().login(username="rechecked", password="pw")  # saves last_login: no recheck
+    assert sent == [{user.pk}]
