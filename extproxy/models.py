@@ -84,6 +84,8 @@ class Call(models.Model):
         ordering = ["-started_at", "-id"]
         indexes = [
             models.Index(fields=["-started_at", "-id"], name="call_newest"),
+            # retention's maxCalls boundary, counted for recordings and replays apart each minute
+            models.Index(fields=["is_replay", "-started_at", "-id"], name="call_replay_newest"),
             models.Index(fields=["pod_uid", "-started_at"], name="call_pod_uid"),
             models.Index(fields=["pod_namespace", "pod_name", "-started_at"], name="call_pod"),
             models.Index(fields=["backend", "verb", "-started_at"], name="call_backend_verb"),

@@ -42,8 +42,9 @@ def stored_bytes() -> int:
     return int(total)
 
 
-def delete_calls(queryset, reason: str) -> int:
-    """Delete the calls of `queryset`, oldest first, in chunks; each chunk is noted as a gap."""
+def delete_calls(queryset, reason: str | None) -> int:
+    """Delete the calls of `queryset`, oldest first, in chunks; each chunk is noted as a gap of
+    `reason` (None: no gap, for replays, which are not in the record of the scheduler's calls)."""
     from .models import Call
 
     total = 0
@@ -56,7 +57,8 @@ def delete_calls(queryset, reason: str) -> int:
             # `manage.py prune`) may have deleted some of the chunk since, and noted them itself.
             _, per_model = Call.objects.filter(pk__in=[pk for pk, _ in chunk]).delete()
             deleted = per_model.get(Call._meta.label, 0)
-            note_gaps_by_bucket(reason, deleted, chunk)
+            if reason is not None:
+                note_gaps_by_bucket(reason, deleted, chunk)
         total += deleted
 
 

@@ -195,3 +195,15 @@ def test_the_command_prints_the_public_key_and_makes_keys_for_a_secret(tmp_path)
     with override_settings(EXTPROXY_EXPORT_SIGNING_KEY=new, DATA_DIR=str(tmp_path / "other")):
         assert exportsigning.published()["key_id"] != published["key_id"]  # taken as the key, a new one
     assert not (tmp_path / "other").exists()
+
+
+def test_whoever_may_export_the_audit_trail_may_fetch_the_public_key():
+    from django.contrib.auth.models import Permission, User
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    user = User.objects.create_user("reader", password="pw")
+    user.user_permissions.add(Permission.objects.get(codename="view_audit"))
+    client = APIClient(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=user).key)
+    assert client.get("/api/audit/export/").status_code == 200
+    assert client.get("/api/export/signing-key/").status_code == 200

@@ -48,3 +48,26 @@ def test_a_slow_run_is_cancelled_from_the_api_and_the_page_and_frees_the_worker(
     assert pages.post(f"/replays/{page_run['id']}/", {"cancel": "1"}).status_code == 302
     assert wait_for(developer, server, page_run["id"], timeout=10)["status"] == "failed"
     assert user_client("viewer").post(server.url + f"/api/replays/{page_run['id']}/cancel/").status_code == 403
+
+
+def test_a_cancel_asked_after_the_last_call_is_kept_on_the_finished_run(backend_server, transactional_db):
+    """The API answered it and audited it: the run's final save must not erase it."""
+    from extproxy.replay.cancel import request_cancel
+    from extproxy.replay.runner import run_replay
+    from tests.test_replay_batch_faults import gpu_config
+    from tests.test_replay_scale import record_calls, without_nagle
+
+    backend = backend_server({"filter": without_nagle(pass_all)})
+    record_calls(2)
+    run = ReplayRun.objects.create(selector={"filters": {"verb": "filter"}}, target={"kind": "configured"}, rate=0)
+    seen = []
+
+    def after(result) -> None:
+        seen.append(result)
+        if len(seen) == 2:  # after the last call's check, before the run's end
+            assert request_cancel(run.pk, "ops")
+
+    run_replay(run, config=gpu_config(backend.url), on_result=after)
+    run.refresh_from_db()
+    assert (run.status, run.done) == ("done", 2)
+    assert run.error == "cancelled by ops (asked after the last call: the run had finished)"

@@ -26,3 +26,28 @@ def test_a_policy_stands_in_for_a_node_cache_capable_extender(backend_server, pr
     assert item["kinds"] == ["passed->unresolvable"]  # cpu-node-1 has no GPU label: the policy's own verdict
     replay = admin_client.get(server.url + f"/api/calls/{item['replay']}/").json()
     assert replay["outcome"] == "ok" and replay["error"] == ""
+
+
+def test_a_policy_standing_in_takes_a_preempt_recorded_with_uids_only():
+    """The built-in policy reads victims by UID: forced to full Nodes, it must not be refused the
+    preempt calls of the nodeCacheCapable extender it stands in for (an HTTP backend is)."""
+    from extproxy.config import BackendConfig
+    from extproxy.replay.modes import preempt_in_mode
+
+    body = fixture_bytes("captured-kube-scheduler-1.24/preempt-request.nodecache-true.json")
+    policy = BackendConfig(name="gpu", policy="replay-rules", preempt_verb="preempt", node_cache_capable=False)
+    http = BackendConfig(name="gpu", url_prefix="http://gpu", preempt_verb="preempt", node_cache_capable=False)
+    assert preempt_in_mode(body, policy) == body
+    assert "victims' UIDs only" in preempt_in_mode(body, http)
+
+
+def test_a_policy_target_with_a_value_json_cannot_hold_is_refused():
+    import math
+
+    import pytest
+
+    from extproxy.replay.targets import TargetError, check
+
+    rules = {"description": math.nan, "rules": [{"kind": "requiredLabels", "selector": "a"}]}
+    with pytest.raises(TargetError, match="not JSON"):
+        check({"kind": "policy", "rules": rules}, {})

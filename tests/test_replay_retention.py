@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from extproxy.config import RetentionConfig, parse_config
-from extproxy.models import Call, ReplayRun
+from extproxy.models import Call, RecordingGap, ReplayRun
 from extproxy.recording.retention import prune
 from extproxy.replay.runner import run_replay
 from tests.conftest import pass_all
@@ -31,4 +31,7 @@ def test_max_calls_counts_recordings_and_replays_each_on_their_own(backend_serve
     newest = list(Call.objects.filter(is_replay=True).order_by("-started_at", "-id").values_list("pk", flat=True))
     assert pruned.calls == 50 and len(newest) == 50
     assert set(newest) == set(ReplayRun.objects.order_by("-id").first().items.values_list("replay_id", flat=True))
+    # Replays are not the scheduler's calls: their pruning is no gap of an export of those.
+    assert sum(RecordingGap.objects.values_list("calls", flat=True)) == 0
     assert prune(RetentionConfig(max_age_seconds=0, max_calls=20)).calls == 60  # each kept to its newest 20
+    assert sum(RecordingGap.objects.filter(reason="pruned-count").values_list("calls", flat=True)) == 30

@@ -44,7 +44,9 @@ def prune(retention: RetentionConfig, now: datetime | None = None) -> Pruned:
     result = Pruned()
     if retention.max_age_seconds > 0:
         cutoff = now - timedelta(seconds=retention.max_age_seconds)
-        result.calls += delete_calls(Call.objects.filter(started_at__lt=cutoff), "pruned-age")
+        # Replays are not the scheduler's calls: their pruning is no gap in an export of those.
+        result.calls += delete_calls(Call.objects.filter(started_at__lt=cutoff, is_replay=False), "pruned-age")
+        result.calls += delete_calls(Call.objects.filter(started_at__lt=cutoff, is_replay=True), None)
     if retention.max_calls > 0:
         # Recordings and replays are counted apart, each kept to its newest maxCalls: counted
         # together, one replay run of the whole store evicted every recording it replayed.
@@ -54,7 +56,8 @@ def prune(retention: RetentionConfig, now: datetime | None = None) -> Pruned:
                 retention.max_calls : retention.max_calls + 1
             ]
             if boundary:
-                result.calls += delete_calls(calls.filter(started_at__lte=boundary[0]), "pruned-count")
+                result.calls += delete_calls(calls.filter(started_at__lte=boundary[0]),
+                                             None if is_replay else "pruned-count")
     if retention.max_bytes > 0:
         result.calls += prune_to_size(retention.max_bytes)
     oldest = Call.objects.order_by("started_at").values_list("started_at", flat=True).first()

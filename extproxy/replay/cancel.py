@@ -49,3 +49,12 @@ def check_cancelled(run, wait: float = 0.0) -> None:
         if left <= 0:
             return
         time.sleep(min(left, CHECK_EVERY))
+
+
+def cancel_asked_meanwhile(run) -> str:
+    """The cancel asked of `run` since its last look, or "": its final save writes the error from
+    memory, which would otherwise erase a cancel the API had already answered and audited."""
+    from ..models import ReplayRun
+
+    error = ReplayRun.objects.filter(pk=run.pk).values_list("error", flat=True).first() or ""
+    return f"{error} (asked after the last call: the run had finished)" if error.startswith(CANCELLED_BY) else ""

@@ -65,7 +65,9 @@ def preempt_in_mode(body: bytes, config: BackendConfig) -> bytes | str:
             for node, victims in args.node_to_victims.items()
         }
         return protocol.encode_preemption_args(protocol.PreemptionArgs(args.pod, None, metas))
-    if not config.node_cache_capable and args.node_to_meta_victims is not None and args.node_to_victims is None:
+    # The built-in policy reads victims by UID too: it may stand in with full Nodes all the same.
+    if (not config.node_cache_capable and not config.policy and args.node_to_meta_victims is not None
+            and args.node_to_victims is None):
         return ("the call was recorded for a nodeCacheCapable backend (victims' UIDs only): the victims' full Pod "
                 "objects a backend with nodeCacheCapable: false takes are not in the record")
     return body

@@ -38,6 +38,7 @@ from ..recording.bulk import make_storable
 from ..recording.rows import MAX_ERROR_TEXT, Undecodable
 from ..redaction import bounded_text
 from . import diff as diffs
+from .cancel import Cancelled, cancel_asked_meanwhile, check_cancelled
 from .modes import in_mode
 from .targets import CaptureRecorder, TargetError, base_backend, replacing
 
@@ -312,9 +313,6 @@ class Progress:
         self.run.save(update_fields=fields + ["error"] if force and self.run.finished_at else fields)
 
 
-from .cancel import Cancelled, check_cancelled  # noqa: E402 (kept next to its one use, for merging)
-
-
 def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Result], None] | None = None) -> None:
     """Carry out a stored ReplayRun to the end (in the calling thread)."""
     from django.utils import timezone
@@ -356,6 +354,8 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
     finally:
         replayer.close()
         run.finished_at = timezone.now()
+        if not run.error:  # a cancel asked after the last call: the run is done, the ask kept
+            run.error = cancel_asked_meanwhile(run)
         progress.save(force=True)
 
 

@@ -60,7 +60,7 @@ def check(target: dict[str, Any], policies: dict[str, Any], backends: Sequence[s
         raise TargetError(f"target.kind must be one of {', '.join(KINDS)}")
     target = {"kind": "configured", **target}
     try:  # stored with the run and in the audit trail, shown in answers: UTF-8 must carry it
-        json.dumps(target, ensure_ascii=False).encode("utf-8")
+        json.dumps(target, ensure_ascii=False, allow_nan=False).encode("utf-8")  # NaN: no JSON column takes it
     except UnicodeEncodeError:
         raise TargetError("target: holds text that is not valid Unicode (a lone surrogate such as \\ud800)") from None
     except (TypeError, ValueError) as exc:
