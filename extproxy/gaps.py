@@ -139,7 +139,11 @@ def still_open(until: datetime) -> dict[str, Any] | None:
 
     from .recording.observe import spool_status
 
-    status = spool_status(Path(settings.EXTPROXY_SPOOL_DIR))
+    try:
+        status = spool_status(Path(settings.EXTPROXY_SPOOL_DIR))
+    except Exception as exc:  # asked after the file was sent: the manifest must still be made
+        return {"reason": f"the spool could not be read ({type(exc).__name__}: {exc}): calls may still arrive",
+                "undrained": None, "stored_up_to": None}
     if not status.depth:
         return None
     stored_up_to = timezone.now() - timedelta(seconds=status.oldest_age + SETTLE_SECONDS)

@@ -38,3 +38,18 @@ def test_an_export_past_the_spools_backlog_says_the_range_is_still_open(tmp_path
     drain(tmp_path)
     body, manifest = fetch(client, "format=ndjson")
     assert manifest["complete"] is True and manifest["still_open"] is None and verify(io.BytesIO(body), manifest).complete
+
+
+def test_a_spool_that_cannot_be_read_leaves_the_range_open_and_the_export_whole(tmp_path, settings, monkeypatch):
+    """Asked once the file is sent: an error there cut the stream and left no manifest."""
+    import extproxy.recording.observe as observe
+
+    def unreadable(root):
+        raise PermissionError(13, "Permission denied", str(root))
+
+    settings.EXTPROXY_SPOOL_DIR = str(tmp_path / "spool")
+    traffic()
+    monkeypatch.setattr(observe, "spool_status", unreadable)
+    body, manifest = fetch(auditor(), "format=ndjson")
+    assert manifest["complete"] is False and "spool could not be read (PermissionError" in manifest["still_open"]["reason"]
+    assert verify(io.BytesIO(body), manifest).ok
