@@ -22,6 +22,8 @@ def layer(request, settings):
     if request.param == "redis":
         settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
                                                "CONFIG": {"hosts": [request.getfixturevalue("redis_url")]}}}
+    else:  # named, not assumed: with EXTPROXY_REDIS_URL set (CI's second run) the default is Redis
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     assert ("Redis" in type(get_channel_layer()).__name__) == (request.param == "redis")
     yield request.param
 
