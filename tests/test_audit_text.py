@@ -8,25 +8,21 @@ import io
 import json
 
 import pytest
-from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from extproxy.audit import audit
 from extproxy.exportsigning import verify_here as verify
 from extproxy.models import AuditEvent
 from tests.test_api_strict import traffic
-from tests.test_export import auditor
+from tests.test_export import auditor, token_client
 
 pytestmark = pytest.mark.django_db
 
 
 def developer() -> APIClient:
-    user = User.objects.create_user("dev", password="pw")
-    user.groups.add(Group.objects.get(name="developer"))
-    return APIClient(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=user).key, REMOTE_ADDR="10.0.0.6")
+    return token_client("developer", "dev", "10.0.0.6")
 
 
 def audit_export(client: APIClient, fmt: str) -> tuple[bytes, dict]:

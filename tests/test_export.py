@@ -26,10 +26,15 @@ from tests.test_api_strict import traffic
 pytestmark = pytest.mark.django_db
 
 
+def token_client(role: str, username: str, address: str = "10.0.0.5") -> APIClient:
+    """An API client with a new user of `role`, by token, from `address`."""
+    user = User.objects.create_user(username, password="pw")
+    user.groups.add(Group.objects.get(name=role))
+    return APIClient(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=user).key, REMOTE_ADDR=address)
+
+
 def auditor() -> APIClient:
-    user = User.objects.create_user("audrey", password="pw")
-    user.groups.add(Group.objects.get(name="auditor"))
-    return APIClient(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=user).key, REMOTE_ADDR="10.0.0.5")
+    return token_client("auditor", "audrey")
 
 
 def fetch(client: APIClient, query: str) -> tuple[bytes, dict]:

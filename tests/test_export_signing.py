@@ -21,7 +21,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from extproxy import exportproof, exportsigning
-from tests.test_export import auditor, bulk_calls, run_command
+from tests.test_export import auditor, bulk_calls, run_command, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -135,18 +135,8 @@ def test_a_key_that_cannot_be_read_refuses_exports_before_their_first_byte(tmp_p
         response = auditor().get("/api/export/?format=ndjson")
         assert response.status_code == 503
         assert "signing key" in response.json()["detail"] and exportsigning.KEY_FILE in response.json()["detail"]
-        assert auditor_again().get("/api/export/signing-key/").status_code == 503
+        assert token_client("auditor", "second-auditor").get("/api/export/signing-key/").status_code == 503
     assert (tmp_path / exportsigning.KEY_FILE).read_bytes() == content  # never replaced by another key
-
-
-def auditor_again():
-    from django.contrib.auth.models import Group, User
-    from rest_framework.authtoken.models import Token
-    from rest_framework.test import APIClient
-
-    user = User.objects.create_user("second-auditor", password="pw")
-    user.groups.add(Group.objects.get(name="auditor"))
-    return APIClient(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=user).key)
 
 
 def test_the_generated_key_is_private_and_kept(tmp_path):
