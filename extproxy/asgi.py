@@ -60,13 +60,13 @@ async def elsewhere(send) -> None:
 async def _start_extender_listener():
     """The separate extender port with its protection (TLS, client certificates, the source
     allowlist: extender_access.py), when EXTPROXY_EXTENDER_PORT is set (see listener.py)."""
-    from .extender_access import allowlist, extender_ssl_context
+    from .extender_access import connection_check, extender_ssl_context
     from .listener import start_listener
 
     if not settings.EXTPROXY_EXTENDER_PORT:
         return None
     return await start_listener(settings.EXTPROXY_EXTENDER_HOST, settings.EXTPROXY_EXTENDER_PORT,
-                                ssl=extender_ssl_context(), allow=allowlist().allows_peer)
+                                ssl=extender_ssl_context(), allow=connection_check())
 
 
 async def lifespan_app(scope, receive, send):
@@ -112,12 +112,13 @@ application = ProtocolTypeRouter(
 )
 
 if os.environ.get("EXTPROXY_SKIP_CONFIG_CHECK") != "1":
-    from .extender_access import AccessConfigError, allowlist, extender_ssl_context
+    from .extender_access import AccessConfigError, allowlist, client_names, extender_ssl_context
 
     try:
         get_engine()
         allowlist()
         extender_ssl_context()
+        client_names()
     except (ConfigError, AccessConfigError) as exc:
         print(f"extproxy: bad configuration: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -7,16 +7,24 @@ credentials of its own; so they are protected at the connection:
   anything is read, on the main port with 403;
 - TLS (EXTPROXY_EXTENDER_TLS_CERT and _KEY) on the separate extender port, with the client's
   certificate required and verified against EXTPROXY_EXTENDER_TLS_CLIENT_CA when that is set:
-  kube-scheduler presents one from its extender `tlsConfig` (certFile/keyFile, caFile for ours).
+  kube-scheduler presents one from its extender `tlsConfig` (certFile/keyFile, caFile for ours);
+- the names that certificate must carry (EXTPROXY_EXTENDER_TLS_CLIENT_NAMES, one of them as its
+  subject CN or a subjectAltName): a CA usually signs more clients than the scheduler (a
+  cluster's CA signs every kubelet's and component's certificate), and any of them could bind pods.
 This module builds the checks and the TLS context; the listeners apply them. No I/O but
 reading the certificate files once.
 """
 from __future__ import annotations
 
 import ipaddress
+import logging
 import ssl
 from functools import lru_cache
 from typing import Any
+
+from .ratelog import RateLimitedLog
+
+log = RateLimitedLog(logging.getLogger(__name__), interval=60.0)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -107,3 +115,57 @@ def extender_ssl_context() -> ssl.SSLContext | None:
 
     return server_ssl_context(settings.EXTPROXY_EXTENDER_TLS_CERT, settings.EXTPROXY_EXTENDER_TLS_KEY,
                               settings.EXTPROXY_EXTENDER_TLS_CLIENT_CA)
+
+
+def parse_client_names(text: str, client_ca_file: str) -> frozenset[str] | None:
+    """The names a client certificate must carry one of, or None for any the CA signed."""
+    names = frozenset(item.strip() for item in text.split(",") if item.strip())
+    if not names:
+        return None
+    if not client_ca_file:
+        raise AccessConfigError("EXTPROXY_EXTENDER_TLS_CLIENT_NAMES needs EXTPROXY_EXTENDER_TLS_CLIENT_CA: "
+                                "without client certificates there are no names to check")
+    return names
+
+
+@lru_cache(maxsize=1)
+def client_names() -> frozenset[str] | None:
+    from django.conf import settings
+
+    return parse_client_names(settings.EXTPROXY_EXTENDER_TLS_CLIENT_NAMES, settings.EXTPROXY_EXTENDER_TLS_CLIENT_CA)
+
+
+def certificate_names(peercert: Any) -> set[str]:
+    """The names a verified certificate (ssl's decoded form) carries: subject CNs and
+    subjectAltName entries of kind DNS, URI or IP address."""
+    if not isinstance(peercert, dict):
+        return set()
+    names = {value for rdn in peercert.get("subject", ()) for key, value in rdn if key == "commonName"}
+    names.update(value for kind, value in peercert.get("subjectAltName", ()) if kind in ("DNS", "URI", "IP Address"))
+    return names
+
+
+class ConnectionCheck:
+    """The listener's check of a new connection (after the TLS handshake): None admits it,
+    else the reason it is closed unread, which labels extproxy_rejected_requests_total."""
+
+    def __init__(self, sources: Allowlist, names: frozenset[str] | None) -> None:
+        self.sources = sources
+        self.names = names
+
+    def __call__(self, transport: Any) -> str | None:
+        if not self.sources.allows_peer(transport.get_extra_info("peername")):
+            return "not-allowed"
+        if self.names is not None:
+            presented = certificate_names(transport.get_extra_info("peercert"))
+            if not presented & self.names:
+                # The operator must learn what was presented: the client sees only a closed connection.
+                log.emit(logging.WARNING, "client-name", "extender port: refused a client certificate naming %s; "
+                         "EXTPROXY_EXTENDER_TLS_CLIENT_NAMES admits %s", sorted(presented)[:8] or "nothing",
+                         sorted(self.names))
+                return "client-name"
+        return None
+
+
+def connection_check() -> ConnectionCheck:
+    return ConnectionCheck(allowlist(), client_names())

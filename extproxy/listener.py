@@ -13,7 +13,8 @@ while it arrives (backends/feed.py), not after its last byte; it is answered onc
 arrived whole, and one that never does is not answered (nor recorded) and its backend
 connection is closed. It serves only /extender/; everything else is a 404 with the
 reason, so that this port can be exposed to the scheduler alone (issue 9: TLS with client
-certificates via `ssl`, a source allowlist via `allow`; both set in asgi.py's lifespan).
+certificates via `ssl`; the source allowlist and the client certificate's names via `allow`;
+both set in asgi.py's lifespan).
 
 Bounds: a request body over EXTPROXY_MAX_BODY_BYTES is refused with 413 as soon as that is
 known (Content-Length, or while reading a chunked body) and the connection is closed; one
@@ -47,7 +48,9 @@ from .views import PREFIX, not_post, refusal, route, too_large
 log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 120.0  # an idle keep-alive connection is closed after this (Go keeps them 90 s)
-Allow = Callable[[object], bool]
+# A check of a new connection (extender_access.ConnectionCheck): None admits it, else the reason
+# it is refused, which labels the rejection metric.
+Allow = Callable[[asyncio.BaseTransport], "str | None"]
 # Requests from this size on start their backend call at their head (module docstring). Below it a
 # request comes in one or two reads, and the whole body costs one write instead of one per part.
 FEED_BYTES = 256 * 1024
@@ -159,8 +162,9 @@ class ExtenderProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self._live.add(self)
-        if self._allow is not None and not self._allow(transport.get_extra_info("peername")):
-            metrics.REJECTED.labels("not-allowed").inc()
+        refused = self._allow(transport) if self._allow is not None else None
+        if refused is not None:
+            metrics.REJECTED.labels(refused).inc()
             transport.close()
             self._closing = True
             return

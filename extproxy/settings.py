@@ -3,6 +3,9 @@
 Embedded defaults (no variable set): SQLite in WAL mode under ./var, the in-memory channel
 layer, the built-in policy answering alone. Production: DATABASE_URL (postgresql://...) and
 EXTPROXY_REDIS_URL. Helpers fail loudly on a bad value instead of guessing.
+
+Over 400 lines because every setting an operator can give is here once, with the comment that
+says what it does; split by topic, an operator would have to search several files for one.
 """
 from __future__ import annotations
 
@@ -358,6 +361,9 @@ EXTPROXY_EXTENDER_ALLOW = os.environ.get("EXTPROXY_EXTENDER_ALLOW", "127.0.0.0/8
 EXTPROXY_EXTENDER_TLS_CERT = os.environ.get("EXTPROXY_EXTENDER_TLS_CERT", "")
 EXTPROXY_EXTENDER_TLS_KEY = os.environ.get("EXTPROXY_EXTENDER_TLS_KEY", "")
 EXTPROXY_EXTENDER_TLS_CLIENT_CA = os.environ.get("EXTPROXY_EXTENDER_TLS_CLIENT_CA", "")
+# With a client CA: the names (subject CN, or a DNS, URI or IP subjectAltName) one of which the
+# client's certificate must carry, comma-separated; "" admits any certificate the CA signed.
+EXTPROXY_EXTENDER_TLS_CLIENT_NAMES = os.environ.get("EXTPROXY_EXTENDER_TLS_CLIENT_NAMES", "")
 
 # --- recording (issue 8a): the spool between the serving process and the recorder process ---
 # README "How recording works" explains each. Sizes in bytes, times in seconds.

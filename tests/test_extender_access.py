@@ -11,7 +11,14 @@ import subprocess
 import pytest
 import requests
 
-from extproxy.extender_access import AccessConfigError, Allowlist, parse_networks, server_ssl_context
+from extproxy.extender_access import (
+    AccessConfigError,
+    Allowlist,
+    certificate_names,
+    parse_client_names,
+    parse_networks,
+    server_ssl_context,
+)
 from tests.conftest import fixture_bytes, free_port, pass_all
 from tests.test_per_backend import config_for
 
@@ -50,13 +57,14 @@ def openssl(*args: str) -> None:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     """A CA; the extender port's certificate (for 127.0.0.1); a client certificate from the CA
-    (what kube-scheduler presents); and a client certificate from another CA."""
+    (what kube-scheduler presents); another client of the same CA (a kubelet); and a client
+    certificate from another CA."""
     d = tmp_path_factory.mktemp("pki")
     for ca in ("ca", "other-ca"):
         openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={ca}",
                 "-keyout", str(d / f"{ca}.key"), "-out", str(d / f"{ca}.crt"))
     for name, ca, san in (("server", "ca", "IP:127.0.0.1"), ("scheduler", "ca", "DNS:kube-scheduler"),
-                          ("stranger", "other-ca", "DNS:stranger")):
+                          ("stranger", "other-ca", "DNS:stranger"), ("kubelet", "ca", "DNS:node-1")):
         openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", str(d / f"{name}.key"),
                 "-out", str(d / f"{name}.csr"))
         (d / f"{name}.ext").write_text(f"subjectAltName={san}\n")
@@ -150,6 +158,44 @@ def test_it_requires_a_client_certificate_from_the_ca(backend_server, proxy, wri
     assert len(backend.received) == 1  # only the call with the right certificate reached the backend
 
 
+def test_it_admits_only_the_named_clients_of_the_ca(backend_server, proxy, write_config, extender_port, pki):
+    """A cluster's CA signs every kubelet's certificate too: with names set, only a certificate
+    carrying one of them (CN or subjectAltName) reaches a backend."""
+    from extproxy import extender_access, metrics
+
+    extender_access.client_names.cache_clear()
+    backend = backend_server({"filter": pass_all})
+    port = extender_port(EXTPROXY_EXTENDER_TLS_CERT=str(pki / "server.crt"), EXTPROXY_EXTENDER_TLS_KEY=str(pki / "server.key"),
+                         EXTPROXY_EXTENDER_TLS_CLIENT_CA=str(pki / "ca.crt"),
+                         EXTPROXY_EXTENDER_TLS_CLIENT_NAMES="system:kube-scheduler, kube-scheduler")
+    refused_before = metrics.REJECTED.labels("client-name")._value.get()
+    try:
+        proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+
+        def call(cert: str):
+            return requests.post(f"https://127.0.0.1:{port}/extender/gpu/filter", data=fixture_bytes(NAMES),
+                                 timeout=10, verify=str(pki / "ca.crt"),
+                                 cert=(str(pki / f"{cert}.crt"), str(pki / f"{cert}.key")))
+
+        assert call("scheduler").status_code == 200  # its subjectAltName is listed
+        with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
+            call("kubelet")  # signed by the same CA, named otherwise
+    finally:
+        extender_access.client_names.cache_clear()
+    assert len(backend.received) == 1
+    assert metrics.REJECTED.labels("client-name")._value.get() == refused_before + 1
+
+
+def test_it_reads_the_names_a_certificate_carries():
+    peercert = {"subject": ((("organizationName", "system:masters"),), (("commonName", "system:kube-scheduler"),)),
+                "subjectAltName": (("DNS", "kube-scheduler"), ("IP Address", "10.0.0.5"), ("email", "x@example.com"))}
+    assert certificate_names(peercert) == {"system:kube-scheduler", "kube-scheduler", "10.0.0.5"}
+    assert certificate_names(None) == set()
+    with pytest.raises(AccessConfigError, match="needs EXTPROXY_EXTENDER_TLS_CLIENT_CA"):
+        parse_client_names("kube-scheduler", "")
+    assert parse_client_names(" , ", "") is None
+
+
 def test_it_builds_the_tls_context_or_says_what_is_missing(pki):
     assert server_ssl_context("", "") is None
     context = server_ssl_context(str(pki / "server.crt"), str(pki / "server.key"), str(pki / "ca.crt"))
@@ -167,6 +213,7 @@ def test_it_builds_the_tls_context_or_says_what_is_missing(pki):
     [
         ({"EXTPROXY_EXTENDER_ALLOW": "10.0.0.0/33"}, "EXTPROXY_EXTENDER_ALLOW: '10.0.0.0/33'"),
         ({"EXTPROXY_EXTENDER_TLS_CERT": "/nonexistent.crt", "EXTPROXY_EXTENDER_TLS_KEY": "/nonexistent.key"}, "extender TLS"),
+        ({"EXTPROXY_EXTENDER_TLS_CLIENT_NAMES": "kube-scheduler"}, "needs EXTPROXY_EXTENDER_TLS_CLIENT_CA"),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_protection_setting(env, message):
