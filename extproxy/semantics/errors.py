@@ -20,7 +20,8 @@ def reply_error_text(verdict: Verdict | None, transport_error: str = "", url: st
     both setups); any other failure text has ``%`` doubled so fmt.Errorf prints it unchanged.
     A call that got no reply (``verdict`` None) is named by its URL as Go's client names it
     (`Post "<url>": <why>`): the operator reading the FailedScheduling event must learn which
-    backend failed, as they would calling it directly; `why` is this proxy's own words.
+    backend failed, as they would calling it directly; `why` is this proxy's own words. A call
+    the proxy never made is not an exchange: ``not_called_error_text``.
     """
     if verdict is not None and any(f["kind"] == "error-under-200" for f in verdict.findings):
         return verdict.error
@@ -28,6 +29,14 @@ def reply_error_text(verdict: Verdict | None, transport_error: str = "", url: st
         return go_format_safe(verdict.error)
     text = transport_error or "no answer"
     return go_format_safe(f'Post "{_password_starred(url)}": {text}' if url else text)
+
+
+def not_called_error_text(backend_name: str, why: str) -> str:
+    """The Error text for a backend the proxy did not call at all (its request could not be
+    built, e.g. a node missing from the node cache): the proxy's own words, naming the backend
+    by its name. Go's `Post "<url>": ...` would tell the operator that an exchange with the
+    backend failed, and send them to a backend that never saw the call."""
+    return go_format_safe(f"extproxy: backend {backend_name} was not called: {why}")
 
 
 def _password_starred(url: str) -> str:

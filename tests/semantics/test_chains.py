@@ -362,6 +362,24 @@ def test_parallel_filter_errors_follow_the_chain_rules():
     assert res.error == "down" and res.error_backend == "b"  # a (ignorable) skipped, c never asked
 
 
+def test_a_backend_the_proxy_did_not_call_is_named_in_the_proxys_words_not_as_an_exchange():
+    """`Post "<url>": ...` is Go's client's word for an exchange that failed; a backend whose
+    request the proxy could not build was never called, and the Error says so (`%` doubled as
+    for any text that is not a backend's own Error field)."""
+    a, b = be("a"), be("b")
+    chain = FilterChain(NAMES)
+    chain.apply(a, None, "no Node object for 100% of them", called=False)
+    assert chain.result().reply_error == "extproxy: backend a was not called: no Node object for 100%% of them"
+    assert chain.result().error == "no Node object for 100% of them"
+    made = FilterChain(NAMES)
+    made.apply(b, None, "connection refused")  # an exchange that failed keeps Go's form
+    assert made.result().reply_error == 'Post "http://b:80/s/filter": connection refused'
+    res = parallel_filter(NAMES, [(a, None, "no Node object"), (b, None, "refused")], not_called=["a"])
+    assert res.reply_error == "extproxy: backend a was not called: no Node object"
+    res = parallel_filter(NAMES, [(a, None, "refused")], not_called=["b"])
+    assert res.reply_error == 'Post "http://a:80/s/filter": refused'
+
+
 # ------------------------------------------------------------------ prioritize
 
 
