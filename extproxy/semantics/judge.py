@@ -54,7 +54,10 @@ class Verdict:
     passed_items: list[bytes] | None = None
     failed: dict[str, str] | None = None  # filter: Unschedulable reasons (after precedence)
     unresolvable: dict[str, str] | None = None  # filter: UnschedulableAndUnresolvable reasons
-    scores: dict[str, int] | None = None  # prioritize: raw Score per input host (summed)
+    scores: dict[str, int] | None = None  # prioritize: raw Score per input host (summed; 0 when unlisted)
+    # prioritize: the input hosts the reply listed (any score, 0 included): the scheduler holds a
+    # score from this backend for exactly these (prioritize.listed_hosts).
+    listed: set[str] | None = None
     victims: dict[str, MetaVictims] | None = None  # preempt: accepted map
 
 
@@ -220,8 +223,7 @@ def judge_filter(
     )
 
 
-# The reason of a host a prioritizer did not list: the scheduler holds no score from it for that
-# host (prioritize.listed_hosts: it then keeps the host's tie-breaker at 0).
+# The reason of a host a prioritizer did not list (Verdict.listed says which it did).
 NO_SCORE = "no score returned"
 
 
@@ -265,7 +267,7 @@ def judge_prioritize(backend: BackendConfig, input_names: list[str], status: int
         out[name] = s
         reason = None if got is not None else NO_SCORE
         decisions.append(Decision(name, backend.name, Result.SCORED, reason, s, s * backend.weight * SCORE_FACTOR))
-    return Verdict(outcome=Outcome.OK, error="", decisions=decisions, findings=findings, scores=out)
+    return Verdict(outcome=Outcome.OK, error="", decisions=decisions, findings=findings, scores=out, listed=set(scores))
 
 
 def judge_bind(backend: BackendConfig, status: int, body: bytes) -> Verdict:
