@@ -7,6 +7,7 @@ scheduler rule goes here; how bytes become messages is ``extproxy.protocol``; ca
 * ``decision``: Outcome, Result and Decision, the words of a verdict;
 * ``judge``: how the scheduler reads ONE backend's reply to one verb;
 * ``errors``: the error texts the proxy answers so the scheduler ends with the same error;
+* ``urls``: a URL with its password replaced, as errors and records show one;
 * ``interest``: which backends the scheduler calls, in which order;
 * ``chain``, ``filter``, ``prioritize``, ``preempt``, ``bind``: the chains, as the scheduler runs them;
 * ``entry``: the combined form's single extender entry (``scheduler_config --combined``).

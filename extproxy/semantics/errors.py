@@ -1,11 +1,12 @@
 """The error texts the proxy answers so that the scheduler ends with the same error.
 
-May import: the standard library and ``semantics.judge``. No Django, no I/O.
+May import: the standard library, ``semantics.judge`` and ``semantics.urls``. No Django, no I/O.
 """
 
 from __future__ import annotations
 
 from .judge import Verdict
+from .urls import url_password_replaced
 
 
 def go_format_safe(text: str) -> str:
@@ -28,7 +29,7 @@ def reply_error_text(verdict: Verdict | None, transport_error: str = "", url: st
     if verdict is not None:
         return go_format_safe(verdict.error)
     text = transport_error or "no answer"
-    return go_format_safe(f'Post "{_password_starred(url)}": {text}' if url else text)
+    return go_format_safe(f'Post "{url_password_replaced(url, "***")}": {text}' if url else text)
 
 
 def not_called_error_text(backend_name: str, why: str) -> str:
@@ -37,13 +38,3 @@ def not_called_error_text(backend_name: str, why: str) -> str:
     by its name. Go's `Post "<url>": ...` would tell the operator that an exchange with the
     backend failed, and send them to a backend that never saw the call."""
     return go_format_safe(f"extproxy: backend {backend_name} was not called: {why}")
-
-
-def _password_starred(url: str) -> str:
-    """The URL as Go's client prints it in an error: a password in it as "***"."""
-    scheme, sep, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    userinfo, at, host = netloc.rpartition("@")  # the host follows the last "@": a password may hold one
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
