@@ -124,8 +124,11 @@ class Combined:
         if result.error:
             return Reply(200, protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error)), children
         self.bindable.allow(*_uid_ns_name(args.pod), result.passed)
-        if not args.names_mode and result.items is not None:
-            # Full mode: the objects the scheduler would now hold, returned ones included.
+        if result.items is not None and (not args.names_mode or _unsent(result.passed, args.node_names)):
+            # Full mode: the objects the scheduler would now hold, returned ones included. Names
+            # mode too when a full-object backend returned a Node the scheduler did not send: it
+            # takes such a backend's objects unchecked, but refuses a name it did not send
+            # (`extender "<this proxy>" claims a filtered node ...`), so only objects say it.
             return Reply(200, protocol.join_filter_result(None, result.items, result.failed, result.unresolvable)), children
         return Reply(200, protocol.join_filter_result(result.passed, None, result.failed, result.unresolvable)), children
 
@@ -249,6 +252,12 @@ class Combined:
                 return f"no full Pod for victim {missing[0]} (register the proxy with nodeCacheCapable: false)"
             full[node] = protocol.Victims([pods_by_uid[uid] for uid in mv.pods], mv.num_pdb_violations)
         return protocol.encode_preemption_args(protocol.PreemptionArgs(pod, full, None))
+
+
+def _unsent(passed: list[str], sent: list[str]) -> bool:
+    """Whether ``passed`` names a node the scheduler did not send."""
+    known = set(sent)
+    return any(name not in known for name in passed)
 
 
 def _uid_ns_name(pod: dict) -> tuple[str, str, str]:

@@ -61,6 +61,29 @@ class Verdict:
     victims: dict[str, MetaVictims] | None = None  # preempt: accepted map
 
 
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
+               '"': '\\"', "\\": "\\\\"}
+
+
+def go_quote(text: str) -> str:
+    """``text`` as Go's %q writes it in the scheduler's messages (strconv.Quote): in double
+    quotes, ``"`` and backslash escaped, printable characters as they are, the others as Go
+    escapes them. A name a backend returns may hold any of them."""
+    out = []
+    for ch in text:
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
+
+
 def _finding(kind: str, detail: str) -> dict:
     return {"kind": kind, "detail": detail}
 
@@ -141,8 +164,8 @@ def judge_filter(
                     _finding("name-not-in-input", f"NodeNames lists {name!r}, not in the input")
                 )
                 return _fail(
-                    f'extender "{backend.target}" claims a filtered node "{name}" which is not found in the '
-                    "input node list",
+                    f"extender {go_quote(backend.target)} claims a filtered node {go_quote(name)} which is not "
+                    "found in the input node list",
                     findings,
                 )
         passed = list(r.node_names)
@@ -316,7 +339,7 @@ def judge_preempt(backend: BackendConfig, input_victims: dict[str, list[str]], s
                 )
                 if not error:
                     error = (
-                        f'extender "{backend.target}" claims to preempt pod (UID: {uid}) on node: {node}, '
+                        f"extender {go_quote(backend.target)} claims to preempt pod (UID: {uid}) on node: {node}, "
                         "but the pod is not found on that node"
                     )
     # Pass 2, like callExtenders: every node kept needs at least one victim; an ignorable
