@@ -9,7 +9,8 @@ combined call's Trace.
 Registered with full Node objects (nodeCacheCapable: false), the proxy has every object it
 needs. Registered with names only while some backend needs objects, it takes them from the
 node cache (Kubernetes API list and watch); nodes the cache does not know fail that backend's
-call (its ignorable rule then applies). Preempt to a full-object backend needs the victims'
+call (its ignorable rule then applies) without calling it: the error says so in the proxy's own
+words, not as an exchange with the backend's URL that failed. Preempt to a full-object backend needs the victims'
 full Pods, which the proxy has only when registered with full objects.
 
 May import: the pure core, backends/, kube and the node cache, the recorder's Trace; never the
@@ -85,9 +86,10 @@ class Combined:
         return protocol.join_extender_args(args.pod_raw, items=[msgspec.json.encode(n) for n in found])
 
     async def exchange(self, config: BackendConfig, verb: Verb, request: bytes | str) -> Exchange:
-        if isinstance(request, str):  # the request could not be built: a failed call
+        if isinstance(request, str):  # the request could not be built: no call was made
             t = now()
-            return Exchange(t, t, None, error=request)
+            finding = {"kind": "not-called", "detail": f"extproxy did not call this backend: {request}"}
+            return Exchange(t, t, None, error=request, called=False, findings=[finding])
         # The backend's whole httpTimeout, as the scheduler would give it: the entry's own covers
         # the chain's sum plus 1 s, so the margin the per-backend form keeps is not needed here.
         return await self.backends[config.name].exchange(verb, config.verb_string(verb), request,
@@ -116,14 +118,17 @@ class Combined:
                 request = self.args_for(config, args, chain.remaining, chain.remaining_items, body)
                 exchange = await self.exchange(config, Verb.FILTER, request)
                 verdict = chain.judge(config, exchange.status, exchange.body) if exchange.status is not None else None
-                chain.apply(config, verdict, exchange.error)
+                chain.apply(config, verdict, exchange.error, called=exchange.called)
                 children.append(self.child(config, Verb.FILTER, request, exchange))
             result = chain.result()
         if result.error:
             return Reply(200, protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error)), children
         self.bindable.allow(*_uid_ns_name(args.pod), result.passed)
-        if not args.names_mode and result.items is not None:
-            # Full mode: the objects the scheduler would now hold, returned ones included.
+        if result.items is not None and (not args.names_mode or _unsent(result.passed, args.node_names)):
+            # Full mode: the objects the scheduler would now hold, returned ones included. Names
+            # mode too when a full-object backend returned a Node the scheduler did not send: it
+            # takes such a backend's objects unchecked, but refuses a name it did not send
+            # (`extender "<this proxy>" claims a filtered node ...`), so only objects say it.
             return Reply(200, protocol.join_filter_result(None, result.items, result.failed, result.unresolvable)), children
         return Reply(200, protocol.join_filter_result(result.passed, None, result.failed, result.unresolvable)), children
 
@@ -137,7 +142,8 @@ class Combined:
                 verdict = semantics.judge_filter(config, args.node_names, exchange.status, exchange.body, keep_objects=True)
             results.append((config, verdict, exchange.error))
             children.append(self.child(config, Verb.FILTER, request, exchange, verdict))
-        return semantics.parallel_filter(args.node_names, results, args.items)
+        not_called = [c.name for c, e in zip(backends, exchanges) if not e.called]
+        return semantics.parallel_filter(args.node_names, results, args.items, not_called)
 
     async def prioritize(self, body: bytes) -> Handled:
         args = protocol.split_extender_args(body)
@@ -246,6 +252,12 @@ class Combined:
                 return f"no full Pod for victim {missing[0]} (register the proxy with nodeCacheCapable: false)"
             full[node] = protocol.Victims([pods_by_uid[uid] for uid in mv.pods], mv.num_pdb_violations)
         return protocol.encode_preemption_args(protocol.PreemptionArgs(pod, full, None))
+
+
+def _unsent(passed: list[str], sent: list[str]) -> bool:
+    """Whether ``passed`` names a node the scheduler did not send."""
+    known = set(sent)
+    return any(name not in known for name in passed)
 
 
 def _uid_ns_name(pod: dict) -> tuple[str, str, str]:

@@ -28,9 +28,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from .config import RedactionConfig
+from .semantics.urls import url_password_replaced
 
 REDACTED = "[redacted]"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
@@ -128,18 +128,9 @@ def url_without_password(url: str) -> str:
     """`url` with the password of its userinfo replaced (`http://user:[redacted]@host/`): a
     backend's urlPrefix may carry Basic-auth credentials, and its URL is shown and copied out.
     Read as the URL's own parser reads it (the userinfo ends at the host's last "@", the user may
-    be empty): a pattern missed `http://:token@host/` and cut `user:p@ss@host` after `p`."""
-    if "@" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # not a URL its parser takes: the pattern, at least
-        return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", url)
-    if password is None:
-        return url
-    userinfo, _, host = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:{REDACTED}@{host}"))
+    be empty): a pattern missed `http://:token@host/` and cut `user:p@ss@host` after `p`. The
+    same reading names a failed call's URL in the combined form's errors (with Go's "***")."""
+    return url_password_replaced(url, REDACTED)
 
 
 def bounded_text(text: str, rules: RedactionConfig, limit: int, margin: int | None = None) -> str:

@@ -58,10 +58,16 @@ def test_a_backends_url_password_reaches_no_role(backend_server, proxy, write_co
     ("https://a:b@[::1]:9/x?q=1", "https://a:[redacted]@[::1]:9/x?q=1"),
     ("http://host/a@b:c", "http://host/a@b:c"),  # "@" in the path: no userinfo
     ("http://user@host/", "http://user@host/"),
+    ("http://h?a:b@c", "http://h?a:b@c"),  # "@" in the query: no userinfo (Go cuts the query first)
+    ("http://u:p@h#f@x", "http://u:[redacted]@h#f@x"),  # "@" in the fragment: the host is h
+    ("http://u:p@[::1/x", "http://u:[redacted]@[::1/x"),  # not a URL Python's parser takes
+    ("//u:p@h/x", "//u:[redacted]@h/x"),  # no scheme
 ])
 def test_a_url_password_is_redacted_as_the_url_parser_reads_it(url, shown):
     from extproxy.redaction import url_without_password
     from extproxy.semantics.errors import reply_error_text
+    from extproxy.semantics.urls import url_password_replaced
 
+    assert url_password_replaced(url, "<gone>") == shown.replace("[redacted]", "<gone>")
     assert url_without_password(url) == shown
     assert reply_error_text(None, "refused", url) == f'Post "{shown.replace("[redacted]", "***")}": refused'

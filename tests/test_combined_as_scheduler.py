@@ -1,19 +1,23 @@
 """The combined form decides what kube-scheduler would decide calling the backends itself, in the
 places where that rests on more than the sum: each backend's whole httpTimeout, which hosts the
 prioritize answer lists (the scheduler's tie-breaker), int64 totals, the entry's
-nodeCacheCapable beside a bind-only backend, and an error that names the backend that failed.
+nodeCacheCapable beside a bind-only backend, and an error that names the backend that failed (or
+says the proxy did not call it).
 Real backends on loopback behind the real /extender/<verb> endpoints; captured 1.24 bodies."""
 from __future__ import annotations
 
 import json
 import socket
 
+import pytest
 import requests
 
+from extproxy import kube
 from extproxy.config import BackendConfig
 from extproxy.semantics import combined_entry
-from tests.conftest import fixture_bytes, fixture_json, pass_all, slow
-from tests.test_combined import backend, post
+from tests.conftest import fixture_bytes, fixture_json, pass_all, slow, write_kubeconfig
+from tests.test_combined import backend, combined_call, post
+from tests.test_nodecache import NodeAPI
 
 FULL = "captured-kube-scheduler-1.24/filter-request.nodecache-false.json"
 PRIORITIZE = "captured-kube-scheduler-1.24/prioritize-request.nodecache-false.json"
@@ -60,6 +64,38 @@ def test_a_backend_past_its_timeout_or_unreachable_is_named_in_the_error(backend
     assert answer["Error"] == f'Post "{too_late.url}/slow/filter": no answer within 2s'
     bound = post(server, "bind", fixture_bytes(BIND)).json()
     assert bound["Error"].startswith(f'Post "http://ops:***@127.0.0.1:{closed}/gone/bind": ') and "hunter2" not in bound["Error"]
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_backend_the_proxy_could_not_call_is_not_named_as_a_failed_exchange(
+        backend_server, proxy, write_config, admin_client, tmp_path, monkeypatch, parallel):
+    """Registered with names, the proxy takes a full-object backend's Nodes from its node cache;
+    a node the cache does not know means no request, so no call. The Error said
+    `Post "<url>": no Node object ...`, Go's words for an exchange with that backend that failed:
+    the operator reading the FailedScheduling event blamed a backend that never saw the call."""
+    names = json.loads(fixture_bytes("filter-request.nodecache-true.json"))["NodeNames"]
+    known = [n for n in fixture_json("filter-request.nodecache-false.json")["Nodes"]["items"]
+             if n["metadata"]["name"] != names[-1]]
+    api = NodeAPI(known)
+    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", api.port))
+    kube.reset()
+    try:
+        full = backend_server({"filter": pass_all})
+        server = proxy(write_config({"parallelFilter": parallel, "backends": [backend("full", full, filterVerb="filter")]}))
+        server.engine._combined.node_cache().wait_ready(10)
+
+        answer = post(server, "filter", fixture_bytes("filter-request.nodecache-true.json")).json()
+
+        assert full.received == []
+        assert answer["Error"] == (
+            f"extproxy: backend full was not called: no Node object for 1 node(s) (e.g. {names[-1]}) in the node cache"
+        )
+        call = combined_call(admin_client, server)
+        [child] = call["backend_calls"]
+        assert child["outcome"] == "error" and "not-called" in [f["kind"] for f in child["findings"]]
+    finally:
+        kube.reset()
+        api.close()
 
 
 def test_prioritize_lists_only_the_hosts_some_backend_listed(backend_server, proxy, write_config):
@@ -119,3 +155,71 @@ def test_a_bind_only_backend_does_not_make_the_entry_send_full_node_objects():
     assert isinstance(entry, dict) and entry["nodeCacheCapable"] is True and entry["bindVerb"] == "bind"
     full_prioritizer = BackendConfig(name="p", url_prefix="http://p", prioritize_verb="prioritize")
     assert combined_entry([gpu, binder, full_prioritizer])["nodeCacheCapable"] is False
+
+
+def claiming(extra: str):
+    """A names-mode filter backend that passes what it was sent and a name it was not sent."""
+    def behave(handler, body):
+        names = json.loads(body)["NodeNames"]
+        handler.answer(200, json.dumps({"NodeNames": names + [extra], "FailedNodes": {}, "Error": ""}).encode())
+
+    return behave
+
+
+def adding(extra: str):
+    """A full-object filter backend that passes what it was sent and a Node it was not sent."""
+    def behave(handler, body):
+        items = json.loads(body)["Nodes"]["items"]
+        added = json.loads(json.dumps(items[0]))
+        added["metadata"]["name"] = extra
+        result = {"Nodes": {"metadata": {}, "items": items + [added]}, "NodeNames": None, "FailedNodes": {}, "Error": ""}
+        handler.answer(200, json.dumps(result).encode())
+
+    return behave
+
+
+@pytest.mark.parametrize("request_file", [FULL, "filter-request.nodecache-true.json"])
+@pytest.mark.parametrize("extra, quoted", [("node-99", '"node-99"'), ('node "9\\9"', '"node \\"9\\\\9\\""')])
+def test_a_names_backend_claiming_a_node_it_was_not_sent_fails_as_the_scheduler_fails_it(
+        backend_server, proxy, write_config, request_file, extra, quoted):
+    """extender.go: `extender %q claims a filtered node %q which is not found in the input node
+    list`, with Go's quoting of the urlPrefix and the name; the scheduler fails the attempt."""
+    claims = backend_server({"filter": claiming(extra)})
+    after = backend_server({"filter": pass_all})
+    server = proxy(write_config({"backends": [
+        backend("claims", claims, filterVerb="filter", nodeCacheCapable=True),
+        backend("after", after, filterVerb="filter", nodeCacheCapable=True),
+    ]}))
+    answer = post(server, "filter", fixture_bytes(request_file)).json()
+    expected = f'extender "{claims.url}/claims" claims a filtered node {quoted} which is not found in the input node list'
+    assert answer["Error"] == expected and after.received == []
+
+
+@pytest.mark.parametrize("then_names, parallel", [(False, False), (True, False), (True, True)])
+def test_a_node_a_full_object_backend_returns_unsent_is_taken_as_the_scheduler_takes_it(
+        backend_server, proxy, write_config, tmp_path, monkeypatch, then_names, parallel):
+    """The scheduler takes a full-object backend's returned Nodes unchecked (§4.3), a name it never
+    sent included. Registered with names, the proxy answered that name in NodeNames, which the
+    scheduler refuses (`extender "<proxy>" claims a filtered node ...`): it answers the objects."""
+    request = json.loads(fixture_bytes("filter-request.nodecache-true.json"))
+    nodes = fixture_json("filter-request.nodecache-false.json")["Nodes"]["items"]
+    api = NodeAPI(nodes)
+    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", api.port))
+    kube.reset()
+    try:
+        full, names = backend_server({"filter": adding("node-99")}), backend_server({"filter": pass_all})
+        backends = [backend("full", full, filterVerb="filter")]
+        if then_names:  # a names-mode backend after it is sent node-99 and keeps it
+            backends.append(backend("names", names, filterVerb="filter", nodeCacheCapable=True))
+        server = proxy(write_config({"parallelFilter": parallel, "backends": backends}))
+        server.engine._combined.node_cache().wait_ready(10)
+
+        answer = post(server, "filter", json.dumps(request).encode()).json()
+
+        assert answer["Error"] == "" and answer["NodeNames"] is None
+        assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == request["NodeNames"] + ["node-99"]
+        if then_names and not parallel:  # sent node-99 by the chain (in parallel: kept, never seen)
+            assert json.loads(names.received[0][1])["NodeNames"][-1] == "node-99"
+    finally:
+        kube.reset()
+        api.close()

@@ -29,6 +29,10 @@ class Exchange:
     content_type: str = "application/json"
     error: str = ""
     timed_out: bool = False
+    # False: the proxy never called the backend (the combined form could not build its request;
+    # `error` says why). A call that was made and failed (refused, reset, no answer) is True:
+    # the scheduler's own client would have had that exchange, and names it by the backend's URL.
+    called: bool = True
     # Facts the hot path already knows about the call ({"kind", "detail"}), e.g. reply-truncated.
     findings: list[dict[str, Any]] = field(default_factory=list)
     # A reply larger than the reply bound, when the caller asked for streaming: `body` is its

@@ -7,6 +7,7 @@ scheduler rule goes here; how bytes become messages is ``extproxy.protocol``; ca
 * ``decision``: Outcome, Result and Decision, the words of a verdict;
 * ``judge``: how the scheduler reads ONE backend's reply to one verb;
 * ``errors``: the error texts the proxy answers so the scheduler ends with the same error;
+* ``urls``: a URL with its password replaced, as errors and records show one;
 * ``interest``: which backends the scheduler calls, in which order;
 * ``chain``, ``filter``, ``prioritize``, ``preempt``, ``bind``: the chains, as the scheduler runs them;
 * ``entry``: the combined form's single extender entry (``scheduler_config --combined``).
@@ -44,7 +45,10 @@ Choices where the scheduler's behaviour needed interpretation
   Error field for the scheduler to end with the same text is `reply_error`: an Error field
   from a backend is passed verbatim (the scheduler uses it as a format string either way),
   any other text (HTTP status, decode error, transport error) has `%` doubled, so that the
-  scheduler's fmt.Errorf prints it unchanged.
+  scheduler's fmt.Errorf prints it unchanged. A failed exchange is named by the backend's URL
+  as Go's client names it (`Post "<url>": ...`); a backend the proxy did not call at all (its
+  request could not be built) is named by its name in the proxy's own words instead, so the
+  FailedScheduling event does not blame a backend that never saw the call.
 * Preempt: ignorable backends get their empty-victim nodes dropped instead of failing
   (callExtenders; judge_preempt reads the flag). UIDs are checked against the map the proxy
   was given by the scheduler (not the shrinking map of the chain), which is the nearest the
@@ -59,7 +63,7 @@ from __future__ import annotations
 from .bind import bind_fallthrough, choose_binder
 from .decision import Decision, Outcome, Result
 from .entry import COMBINED_TIMEOUT_MARGIN, CombinedRefusal, combined_caveats, combined_entry, combined_timeout
-from .errors import go_format_safe, reply_error_text
+from .errors import go_format_safe, not_called_error_text, reply_error_text
 from .filter import CombinedFilter, FilterChain, parallel_filter
 from .interest import interested, scheduler_order
 from .judge import SCORE_FACTOR, Verdict, judge_bind, judge_filter, judge_preempt, judge_prioritize
@@ -78,6 +82,7 @@ __all__ = [
     "judge_preempt",
     "go_format_safe",
     "reply_error_text",
+    "not_called_error_text",
     "scheduler_order",
     "interested",
     "CombinedFilter",

@@ -6,11 +6,11 @@ May import: the standard library and the other ``semantics`` modules. No Django,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Collection, Sequence
 
 from .chain import Chain
 from .decision import Outcome
-from .errors import reply_error_text
+from .errors import not_called_error_text, reply_error_text
 from .judge import Verdict, judge_filter
 
 if TYPE_CHECKING:  # annotations only: semantics needs no config loading at run time
@@ -58,6 +58,12 @@ def _reading(verdict: Verdict | None, transport_error: str) -> _Reading:
         "", list(verdict.passed or []), dict(verdict.failed or {}), dict(verdict.unresolvable or {}),
         verdict.passed_items,
     )
+
+
+def _reply_error(backend: BackendConfig, verdict: Verdict | None, transport_error: str, called: bool) -> str:
+    if not called:
+        return not_called_error_text(backend.name, transport_error or "no request")
+    return reply_error_text(verdict, transport_error, backend.url_for(backend.filter_verb))
 
 
 def _objects_after(sent: list[str], objects: list[bytes] | None, reading: _Reading) -> list[bytes] | None:
@@ -134,12 +140,15 @@ class FilterChain(Chain):
         """The chain's reading of a reply (no per-node decisions: the recorder makes those)."""
         return judge_filter(backend, self._remaining, status, body, with_decisions=False, keep_objects=True)
 
-    def apply(self, backend: BackendConfig, verdict: Verdict | None, transport_error: str = "") -> None:
+    def apply(
+        self, backend: BackendConfig, verdict: Verdict | None, transport_error: str = "", *, called: bool = True
+    ) -> None:
+        """``called`` False: the proxy did not call ``backend`` (``transport_error`` says why)."""
         self._take(backend)
         reading = _reading(verdict, transport_error)
         if reading.error:
             self._fail(backend, reading.error)
-            self.reply_error = reply_error_text(verdict, transport_error, backend.url_for(backend.filter_verb))
+            self.reply_error = _reply_error(backend, verdict, transport_error, called)
             return
         self._statuses.write(reading.failed, reading.unresolvable)
         self._items = _objects_after(self._remaining, self._items, reading)
@@ -156,6 +165,7 @@ def parallel_filter(
     input_names: list[str],
     results: Sequence[tuple[BackendConfig, Verdict | None, str]],
     items: list[bytes] | None = None,
+    not_called: Collection[str] = (),
 ) -> CombinedFilter:
     """The ``parallelFilter: true`` option: every backend was sent the full input at once.
 
@@ -182,6 +192,8 @@ def parallel_filter(
 
     Node objects (``items``, for ``input_names``): a backend's returned objects replace those
     held for the names it kept, in scheduler order; every backend was sent the original ones.
+    ``not_called``: the names of the backends the proxy did not call (their transport error says
+    why), as ``FilterChain.apply``'s ``called``.
     """
     input_set = set(input_names)
     remaining = list(input_names)
@@ -194,7 +206,7 @@ def parallel_filter(
         full = _reading(verdict, transport_error)
         if full.error:
             if not backend.ignorable:
-                reply = reply_error_text(verdict, transport_error, backend.url_for(backend.filter_verb))
+                reply = _reply_error(backend, verdict, transport_error, backend.name not in not_called)
                 error, error_backend = full.error, backend.name
             continue
         now = set(remaining)

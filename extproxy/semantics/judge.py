@@ -54,8 +54,34 @@ class Verdict:
     passed_items: list[bytes] | None = None
     failed: dict[str, str] | None = None  # filter: Unschedulable reasons (after precedence)
     unresolvable: dict[str, str] | None = None  # filter: UnschedulableAndUnresolvable reasons
-    scores: dict[str, int] | None = None  # prioritize: raw Score per input host (summed)
+    scores: dict[str, int] | None = None  # prioritize: raw Score per input host (summed; 0 when unlisted)
+    # prioritize: the input hosts the reply listed (any score, 0 included): the scheduler holds a
+    # score from this backend for exactly these (prioritize.listed_hosts).
+    listed: set[str] | None = None
     victims: dict[str, MetaVictims] | None = None  # preempt: accepted map
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
+               '"': '\\"', "\\": "\\\\"}
+
+
+def go_quote(text: str) -> str:
+    """``text`` as Go's %q writes it in the scheduler's messages (strconv.Quote): in double
+    quotes, ``"`` and backslash escaped, printable characters as they are, the others as Go
+    escapes them. A name a backend returns may hold any of them."""
+    out = []
+    for ch in text:
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
 
 
 def _finding(kind: str, detail: str) -> dict:
@@ -138,8 +164,8 @@ def judge_filter(
                     _finding("name-not-in-input", f"NodeNames lists {name!r}, not in the input")
                 )
                 return _fail(
-                    f'extender "{backend.target}" claims a filtered node "{name}" which is not found in the '
-                    "input node list",
+                    f"extender {go_quote(backend.target)} claims a filtered node {go_quote(name)} which is not "
+                    "found in the input node list",
                     findings,
                 )
         passed = list(r.node_names)
@@ -220,8 +246,7 @@ def judge_filter(
     )
 
 
-# The reason of a host a prioritizer did not list: the scheduler holds no score from it for that
-# host (prioritize.listed_hosts: it then keeps the host's tie-breaker at 0).
+# The reason of a host a prioritizer did not list (Verdict.listed says which it did).
 NO_SCORE = "no score returned"
 
 
@@ -265,7 +290,7 @@ def judge_prioritize(backend: BackendConfig, input_names: list[str], status: int
         out[name] = s
         reason = None if got is not None else NO_SCORE
         decisions.append(Decision(name, backend.name, Result.SCORED, reason, s, s * backend.weight * SCORE_FACTOR))
-    return Verdict(outcome=Outcome.OK, error="", decisions=decisions, findings=findings, scores=out)
+    return Verdict(outcome=Outcome.OK, error="", decisions=decisions, findings=findings, scores=out, listed=set(scores))
 
 
 def judge_bind(backend: BackendConfig, status: int, body: bytes) -> Verdict:
@@ -314,7 +339,7 @@ def judge_preempt(backend: BackendConfig, input_victims: dict[str, list[str]], s
                 )
                 if not error:
                     error = (
-                        f'extender "{backend.target}" claims to preempt pod (UID: {uid}) on node: {node}, '
+                        f"extender {go_quote(backend.target)} claims to preempt pod (UID: {uid}) on node: {node}, "
                         "but the pod is not found on that node"
                     )
     # Pass 2, like callExtenders: every node kept needs at least one victim; an ignorable

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 from extproxy.protocol import HostPriority
 
 from .decision import Outcome
-from .judge import NO_SCORE, Verdict
+from .judge import Verdict
 
 if TYPE_CHECKING:  # annotations only: semantics needs no config loading at run time
     from extproxy.config import BackendConfig
@@ -52,14 +52,16 @@ def listed_hosts(results: Sequence[tuple[BackendConfig, Verdict | None]], every_
     tie-breaker (prioritizeNodes: `Randomizer = rand.Int()`), and one no extender listed keeps
     0, losing every tie. So the answer lists only the hosts a backend that answered listed; or
     every host when an interested backend has no prioritizeVerb (`every_host`: the scheduler's
-    client then lists every node with Score 0 itself, without calling it).
+    client then lists every node with Score 0 itself, without calling it). A host is listed
+    whatever its score (0 too) and however often; a listed host not offered, an empty list and
+    a failed call list nothing (``Verdict.listed``, filled where the judge reads the reply).
     """
     if every_host:
         return None
     listed: set[str] = set()
     for _, verdict in results:
         if verdict is not None and verdict.outcome == Outcome.OK:
-            listed.update(d.node for d in verdict.decisions if d.reason != NO_SCORE)
+            listed.update(verdict.listed or ())
     return listed
 
 

@@ -23,6 +23,7 @@ from extproxy.semantics import (
     judge_filter,
     judge_preempt,
     judge_prioritize,
+    listed_hosts,
     parallel_filter,
     prioritize_answer,
     reply_error_text,
@@ -362,6 +363,24 @@ def test_parallel_filter_errors_follow_the_chain_rules():
     assert res.error == "down" and res.error_backend == "b"  # a (ignorable) skipped, c never asked
 
 
+def test_a_backend_the_proxy_did_not_call_is_named_in_the_proxys_words_not_as_an_exchange():
+    """`Post "<url>": ...` is Go's client's word for an exchange that failed; a backend whose
+    request the proxy could not build was never called, and the Error says so (`%` doubled as
+    for any text that is not a backend's own Error field)."""
+    a, b = be("a"), be("b")
+    chain = FilterChain(NAMES)
+    chain.apply(a, None, "no Node object for 100% of them", called=False)
+    assert chain.result().reply_error == "extproxy: backend a was not called: no Node object for 100%% of them"
+    assert chain.result().error == "no Node object for 100% of them"
+    made = FilterChain(NAMES)
+    made.apply(b, None, "connection refused")  # an exchange that failed keeps Go's form
+    assert made.result().reply_error == 'Post "http://b:80/s/filter": connection refused'
+    res = parallel_filter(NAMES, [(a, None, "no Node object"), (b, None, "refused")], not_called=["a"])
+    assert res.reply_error == "extproxy: backend a was not called: no Node object"
+    res = parallel_filter(NAMES, [(a, None, "refused")], not_called=["b"])
+    assert res.reply_error == 'Post "http://a:80/s/filter": refused'
+
+
 # ------------------------------------------------------------------ prioritize
 
 
@@ -395,6 +414,38 @@ def test_it_drops_failed_prioritizers_ignorable_or_not():
     rs = [prio(be("a", weight=2), feasible, hp(("n1", 3)), 500), (be("b", ignorable=True), None),
           prio(be("c", weight=1), feasible, hp(("n2", 4)))]
     assert combine_prioritize(feasible, rs) == {"n1": 0, "n2": 4}
+
+
+@pytest.mark.parametrize(
+    "results, expected",
+    [
+        ([("a", 200, hp(("n1", 3), ("n1", 4)))], {"n1"}),  # listed twice: listed
+        ([("a", 200, hp(("n1", 0)))], {"n1"}),  # listed with 0: listed, it gets a tie-breaker
+        ([("a", 200, hp(("zz", 9), ("n2", 1)))], {"n2"}),  # not offered: the scheduler ignores it
+        ([("a", 200, hp())], set()),  # an empty list lists nothing
+        ([("a", 500, hp(("n1", 3)))], set()),  # an error answer: its scores are dropped
+        ([("a", 200, b'[{"Host":"n1","Score":5.0}]')], set()),  # undecodable: dropped whole
+        ([("a", 200, hp(("n1", 1))), ("b", 200, hp(("n3", 0)))], {"n1", "n3"}),
+        ([("a", 200, hp(("n1", 1))), ("b", None, b"")], {"n1"}),  # b gave no answer
+    ],
+)
+def test_it_lists_the_hosts_some_prioritizer_listed_as_the_scheduler_holds_their_scores(results, expected):
+    """prioritizeNodes gives a random tie-breaker to each feasible host some extender listed (any
+    score, any number of times) and leaves every other host at 0."""
+    feasible = ["n1", "n2", "n3"]
+    rs = [prio(be(n), feasible, body, status) if status else (be(n), None) for n, status, body in results]
+    assert listed_hosts(rs, every_host=False) == expected
+    assert listed_hosts(rs, every_host=True) is None
+
+
+def test_listed_hosts_come_from_the_verdict_not_from_the_decisions_reason_text():
+    """The decisions are the record's; a verdict judged without them, or with other reasons, still
+    says which hosts its backend listed."""
+    a = be("a")
+    verdict = judge_prioritize(a, ["n1", "n2"], 200, hp(("n1", 0)))
+    assert verdict.listed == {"n1"}
+    verdict.decisions = []
+    assert listed_hosts([(a, verdict)], every_host=False) == {"n1"}
 
 
 def test_prioritize_answer_lists_each_host_once():

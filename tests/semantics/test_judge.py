@@ -376,3 +376,17 @@ def test_it_encodes_decisions_as_the_stored_json_objects():
     assert stored == (b'[{"node":"node-01","backend":"b","result":"scored","reason":null,"score":3,'
                       b'"weighted_score":60}]')
     assert json.loads(stored)[0]["result"] == Result.SCORED == "scored"
+
+
+@pytest.mark.parametrize("text, quoted", [
+    ("node-01", '"node-01"'),
+    ('a"b\\c', '"a\\"b\\\\c"'),
+    ("tab\there\n", '"tab\\there\\n"'),
+    ("\x00\x1f\x7f\x85", '"\\x00\\x1f\\x7f\\u0085"'),
+    ("\u00e9\u2028\U0001f600\ufffd\U000e0001", '"\u00e9\\u2028\U0001f600\ufffd\\U000e0001"'),
+])
+def test_go_quote_writes_what_gos_percent_q_writes(text, quoted):
+    """strconv.Quote: printable characters as they are, Go's escapes for the rest."""
+    from extproxy.semantics.judge import go_quote
+
+    assert go_quote(text) == quoted
