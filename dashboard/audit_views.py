@@ -1,6 +1,7 @@
 """The audit trail page (auditors): events newest first, filtered like /api/audit/, with links
 that export the same selection (CSV, JSON Lines), the recent exports with their manifests, and
-the latest gaps in the records (calls dropped or pruned: what makes an export incomplete).
+the latest gaps in the records (calls dropped or pruned, audit events pruned, each said for what
+it is: what makes an export of its kind incomplete).
 
 Read-only; bad filter values are shown on the page, never a 500. Rendering is autoescaped:
 actors, targets and details are text someone else chose.
@@ -14,6 +15,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import render
 
 from extproxy.api.filters import AuditFilter
+from extproxy.gaps import kind_of
 from extproxy.models import AuditEvent, Export, RecordingGap
 from extproxy.roles import Perm, requires
 
@@ -38,6 +40,6 @@ def audit(request):
         "query": query,
         "export_links": {fmt: f"/api/audit/export/?{urlencode(dict(params, format=fmt))}" for fmt in ("csv", "ndjson")},
         "exports": Export.objects.order_by("-started_at", "-id")[:20] if request.user.has_perm(Perm.EXPORT_CALLS) else [],
-        "gaps": RecordingGap.objects.order_by("-first_at", "-id")[:GAPS_SHOWN],
+        "gaps": [{"gap": g, "kind": kind_of(g.reason)} for g in RecordingGap.objects.order_by("-first_at", "-id")[:GAPS_SHOWN]],
     }
     return render(request, "dashboard/audit.html", context)
