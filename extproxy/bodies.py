@@ -100,13 +100,6 @@ class _Binding(msgspec.Struct, forbid_unknown_fields=True):
     Node: str = ""
 
 
-def bind_targets(pks: list[int]) -> dict[int, str | None]:
-    """Per bind call: the node its request names (None: unreadable), in one query."""
-    if not pks:
-        return {}
-    return {pk: bind_target(body) for pk, body in Call.objects.filter(id__in=pks).values_list("id", "request_body")}
-
-
 def bind_target(stored: bytes) -> str | None:
     """The node a bind's stored request names, read as the scheduler's decoder reads it; None
     when it cannot be read (a raw record of bytes that are no binding). A bind carries no Node

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from django.db.models import QuerySet
+from django.db.models import BinaryField, Case, F, QuerySet, When
 from django.utils import timezone
 
 from . import exportproof as proof
@@ -86,7 +86,10 @@ def call_records(calls: QuerySet, tally: Tally, node: str | None = None) -> Iter
     whose request cannot be read is counted in `tally.unread_binds` instead."""
     from .models import Call
 
-    rows = calls.order_by("started_at", "id").values_list(*CALL_FIELDS)
+    # A bind's request (its node) with its row: the index misses some binds (off, raw, set gone).
+    bind_request = Case(When(verb="bind", then=F("request_body")), default=None, output_field=BinaryField())
+    rows = calls.order_by("started_at", "id").annotate(bind_request=bind_request).values_list(
+        *CALL_FIELDS, "bind_request")
     pending: list[tuple] = []
     for row in rows.iterator(chunk_size=CALLS_PER_READ):
         pending.append(row)
@@ -112,16 +115,14 @@ def _failed_parts(Call: Any, rows: list[tuple]) -> dict[int, list[tuple]]:
 
 
 def _records_of(rows: list[tuple], Call: Any, tally: Tally, node: str | None) -> Iterator[list[Any]]:
-    from .bodies import bind_targets
+    from .bodies import bind_target
 
-    # From each bind's request (one query), not the node index: a bind recorded while it was
-    # off, recorded raw, or whose set is gone has none.
-    bound = bind_targets([r[0] for r in rows if r[3] == "bind"])
     # A combined call answers for all its backends: one that timed out or failed shows only in
     # its part, so each such part is a record of its own (kind backend-call).
     failed_parts = _failed_parts(Call, rows)
-    for (pk, started, finished, verb, backend, namespace, name, uid, outcome, status, error, attempt, blob) in rows:
-        target = bound.get(pk)
+    for (pk, started, finished, verb, backend, namespace, name, uid, outcome, status, error, attempt, blob,
+         request) in rows:
+        target = bind_target(request) if request is not None else None
         if node is not None and verb == "bind" and target != node:
             if target is None:
                 tally.unread_binds += 1
