@@ -69,7 +69,8 @@ class Tally:
     call_records: int = 0
     first_time: datetime | None = None
     last_time: datetime | None = None
-    unread_binds: int = 0  # node-filtered: candidate binds whose request names no node that can be read
+    passed_over: int = 0  # node-filtered: candidate binds read and left out (another node's, or unread)
+    unread_binds: int = 0  # ... of which their request names no node that can be read
 
     def saw(self, when: datetime) -> None:
         self.first_time = self.first_time or when
@@ -82,8 +83,7 @@ def call_records(calls: QuerySet, tally: Tally, node: str | None = None) -> Iter
     ok; oldest call first. Values in CALL_COLUMNS order, seq left 0.
 
     node: the export's node filter. Its candidates (api.filters.ExportCallFilter) include binds
-    the node index cannot speak for: a bind is kept only when its request names `node`, and one
-    whose request cannot be read is counted in `tally.unread_binds` instead."""
+    the node index cannot speak for: a bind is kept only when its request names `node`."""
     from .models import Call
 
     # A bind's request (its node) with its row: the index misses some binds (off, raw, set gone).
@@ -124,8 +124,8 @@ def _records_of(rows: list[tuple], Call: Any, tally: Tally, node: str | None) ->
          request) in rows:
         target = bind_target(request) if request is not None else None
         if node is not None and verb == "bind" and target != node:
-            if target is None:
-                tally.unread_binds += 1
+            tally.passed_over += 1
+            tally.unread_binds += target is None
             continue
         tally.calls += 1
         tally.saw(started)

@@ -210,3 +210,13 @@ def test_a_binds_target_is_read_as_the_schedulers_decoder_reads_it(body):
         expected = None
     assert bind_target(call.request_body) == expected
     assert bind_target(b"not zlib") is None and bind_target(b"") is None
+
+
+def test_the_commands_progress_counts_the_binds_it_passes_over(record, tmp_path):
+    record("bind", binding("node-x", "a"), index=False)
+    record("bind", binding("node-y", "b"), index=False)
+    record("bind", b'{"PodName": "h", "Node": ')
+    out = tmp_path / "calls.ndjson"
+    _, err = run_command("export", "-o", str(out), "--node", "node-x")
+    assert "3/3 calls (100%), 1 records" in err  # read all three, exported one
+    assert "NOT complete: 1 calls of the selection not checked for the node" in err  # the unread bind

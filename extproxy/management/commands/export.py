@@ -41,7 +41,7 @@ class Progress:
         if not final and now - self.shown < 0.2:
             return
         self.shown = now
-        done = run.tally.calls
+        done = run.tally.calls + run.tally.passed_over  # read so far (a node's export passes over some binds)
         share = f" ({done * 100 // self.total}%)" if self.total else ""
         rate = run.records / max(now - self.started, 1e-9)
         width = 30
