@@ -92,15 +92,17 @@ def _read(status: RecordStatus, now: float) -> None:
 
 
 def recent_drops(since: datetime) -> list[dict[str, Any]]:
-    """Calls dropped (not pruned) in gaps that reach past `since`, per reason, with the span
-    they cover; [] while the database is away (the page itself then says so)."""
+    """Calls dropped (not pruned, and no audit events: gaps.of_kind) in gaps that reach past
+    `since`, per reason, with the span they cover; [] while the database is away (the page
+    itself then says so)."""
     from django.db.models import Max, Min, Sum
 
     from extproxy.database_down import OUTAGE
+    from extproxy.gaps import of_kind
     from extproxy.models import RecordingGap
 
     try:
-        return list(RecordingGap.objects.filter(last_at__gte=since).exclude(reason__in=PRUNED)
+        return list(RecordingGap.objects.filter(of_kind("calls"), last_at__gte=since).exclude(reason__in=PRUNED)
                     .values("reason").annotate(calls=Sum("calls"), first=Min("first_at"), last=Max("last_at"))
                     .order_by("reason"))
     except OUTAGE:

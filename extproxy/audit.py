@@ -1,6 +1,7 @@
 """The audit trail: who did what, when, and from where, as AuditEvent rows.
 
-`audit(...)` is the one way to write an event; `connect_signals()` (called from the app's
+`audit(...)` is the one way to write an event (and `readable` the way to read one back out);
+`connect_signals()` (called from the app's
 ready) records logins, failed logins, logouts, user and role changes and token creation
 without the views having to remember. Other actions (exports, replays, bodies downloaded,
 configuration loads) call `audit(...)` where they happen. A failure to write an event is
@@ -41,6 +42,25 @@ class Action:
     BODIES_DOWNLOADED = "bodies-downloaded"
     COPY_OUT = "copy-out"
     RECORDS_REDACTED = "records-redacted"
+
+
+TEXTS = ("actor", "action", "target", "source", "detail")  # an event's fields a reader shows as stored
+
+
+def readable(value: Any) -> Any:
+    """An event's text or detail as UTF-8 can carry it, for every reader (the API, the audit
+    page): an event stored before texts were made storable (SQLite kept a lone surrogate in a
+    detail) has "?" for it, as exports write it, instead of failing the whole answer. One
+    encode in the usual case; nothing is written back."""
+    import msgspec
+
+    from .recording.bulk import storable
+
+    try:
+        msgspec.json.encode(value)
+    except UnicodeEncodeError:
+        return storable(value)
+    return value
 
 
 def source_of(request: Any) -> str:

@@ -14,6 +14,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import msgspec
+
 from .models import BackendCall, Call, NodeObject
 from .recorder import restore
 
@@ -87,3 +89,39 @@ def request_of(call: Call | BackendCall) -> Body:
 
 def response_of(call: Call | BackendCall) -> Body:
     return _restore(call.response_body, call.http_status)
+
+
+class _Binding(msgspec.Struct, forbid_unknown_fields=True):
+    """ExtenderBindingArgs in the scheduler's own form: its exact keys, strings."""
+
+    PodName: str = ""
+    PodNamespace: str = ""
+    PodUID: str = ""
+    Node: str = ""
+
+
+def bind_target(stored: bytes) -> str | None:
+    """The node a bind's stored request names, read as the scheduler's decoder reads it; None
+    when it cannot be read (a raw record of bytes that are no binding). A bind carries no Node
+    object, so nothing is loaded from the node store. Must not raise: an export reads it for
+    each bind, and one record must not end a file mid-stream."""
+    from .protocol import decode_binding_args
+
+    try:
+        body = restore(bytes(stored), lambda shas: {}).body
+        fast = _plain_bind_target(body)
+        return fast if fast is not None else decode_binding_args(body).node
+    except (ValueError, RecursionError, zlib.error, IndexError, KeyError, TypeError):
+        return None
+
+
+def _plain_bind_target(body: bytes) -> str | None:
+    """The node of a binding in the scheduler's own form (_Binding, no escapes), read directly;
+    None for any other form, which the Go-faithful decoder reads (keys in any case, escapes,
+    null and invalid UTF-8 as Go reads them: 50 µs a bind, this 1 µs)."""
+    if b"\\" in body:
+        return None
+    try:
+        return msgspec.json.decode(body, type=_Binding).Node
+    except ValueError:
+        return None

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from django.db.models import QuerySet
+from django.db.models import BinaryField, Case, F, QuerySet, When
 from django.utils import timezone
 
 from . import exportproof as proof
@@ -69,27 +69,35 @@ class Tally:
     call_records: int = 0
     first_time: datetime | None = None
     last_time: datetime | None = None
+    passed_over: int = 0  # node-filtered: candidate binds read and left out (another node's, or unread)
+    unread_binds: int = 0  # ... of which their request names no node that can be read
 
     def saw(self, when: datetime) -> None:
         self.first_time = self.first_time or when
         self.last_time = when
 
 
-def call_records(calls: QuerySet, tally: Tally) -> Iterator[list[Any]]:
+def call_records(calls: QuerySet, tally: Tally, node: str | None = None) -> Iterator[list[Any]]:
     """One record per decision, one call-level record for a call without decisions (errors,
     timeouts, bind, preempt), and one per backend part of a combined call that did not answer
-    ok; oldest call first. Values in CALL_COLUMNS order, seq left 0."""
+    ok; oldest call first. Values in CALL_COLUMNS order, seq left 0.
+
+    node: the export's node filter. Its candidates (api.filters.ExportCallFilter) include binds
+    the node index cannot speak for: a bind is kept only when its request names `node`."""
     from .models import Call
 
-    rows = calls.order_by("started_at", "id").values_list(*CALL_FIELDS)
+    # A bind's request (its node) with its row: the index misses some binds (off, raw, set gone).
+    bind_request = Case(When(verb="bind", then=F("request_body")), default=None, output_field=BinaryField())
+    rows = calls.order_by("started_at", "id").annotate(bind_request=bind_request).values_list(
+        *CALL_FIELDS, "bind_request")
     pending: list[tuple] = []
     for row in rows.iterator(chunk_size=CALLS_PER_READ):
         pending.append(row)
         if len(pending) >= CALLS_PER_READ:
-            yield from _records_of(pending, Call, tally)
+            yield from _records_of(pending, Call, tally, node)
             pending = []
     if pending:
-        yield from _records_of(pending, Call, tally)
+        yield from _records_of(pending, Call, tally, node)
 
 
 def _failed_parts(Call: Any, rows: list[tuple]) -> dict[int, list[tuple]]:
@@ -106,15 +114,19 @@ def _failed_parts(Call: Any, rows: list[tuple]) -> dict[int, list[tuple]]:
     return parts
 
 
-def _records_of(rows: list[tuple], Call: Any, tally: Tally) -> Iterator[list[Any]]:
-    # Bind targets come from the node index: one query per chunk, no request body decoded.
-    binds = [r[0] for r in rows if r[3] == "bind"]
-    bound = dict(Call.objects.filter(id__in=binds, node_set__isnull=False)
-                 .values_list("id", "node_set__entries__node")) if binds else {}
+def _records_of(rows: list[tuple], Call: Any, tally: Tally, node: str | None) -> Iterator[list[Any]]:
+    from .bodies import bind_target
+
     # A combined call answers for all its backends: one that timed out or failed shows only in
     # its part, so each such part is a record of its own (kind backend-call).
     failed_parts = _failed_parts(Call, rows)
-    for (pk, started, finished, verb, backend, namespace, name, uid, outcome, status, error, attempt, blob) in rows:
+    for (pk, started, finished, verb, backend, namespace, name, uid, outcome, status, error, attempt, blob,
+         request) in rows:
+        target = bind_target(request) if request is not None else None
+        if node is not None and verb == "bind" and target != node:
+            tally.passed_over += 1
+            tally.unread_binds += target is None
+            continue
         tally.calls += 1
         tally.saw(started)
         when = _iso(started)
@@ -127,11 +139,11 @@ def _records_of(rows: list[tuple], Call: Any, tally: Tally) -> Iterator[list[Any
                    latency, outcome, status, error, attempt]
         if not decisions:
             tally.call_records += 1
-            yield [0, "call", pk, when, verb, backend, backend, namespace, name, uid, bound.get(pk), None, None,
+            yield [0, "call", pk, when, verb, backend, backend, namespace, name, uid, target, None, None,
                    None, None, latency, outcome, status, error, attempt]
         for _, part, part_started, part_finished, part_outcome, part_status, part_error in failed_parts.get(pk, ()):
             tally.call_records += 1
-            yield [0, "backend-call", pk, when, verb, backend, part, namespace, name, uid, None, None, None, None,
+            yield [0, "backend-call", pk, when, verb, backend, part, namespace, name, uid, target, None, None, None,
                    None, round((part_finished - part_started).total_seconds() * 1000, 3), part_outcome, part_status,
                    part_error, attempt]
 
@@ -239,6 +251,9 @@ class ExportRun:
     file_bytes: int = 0
     manifest: dict[str, Any] | None = None
     still_open: dict[str, Any] | None = None  # calls of the range may still arrive (gaps.still_open)
+    # Node-filtered: the selection's other calls the node index cannot speak for
+    # (api.filters.ExportCallFilter.unindexed); counted in the manifest, which is then not complete.
+    unindexed_calls: QuerySet | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -295,6 +310,7 @@ class ExportRun:
         from .gaps import gaps_overlapping
 
         gaps = gaps_overlapping(self.since, self.until, self.kind)
+        unindexed = self.unindexed()
         manifest = {
             "manifest_version": proof.MANIFEST_VERSION,
             "export_id": self.export_id,
@@ -319,9 +335,18 @@ class ExportRun:
             "file_bytes": self.file_bytes,
             "gaps": gaps,
             "still_open": self.still_open,
-            "complete": not gaps and not self.still_open,
+            "unindexed": unindexed,
+            "complete": not gaps and not self.still_open and not unindexed,
         }
         return signing.sign(manifest)
+
+    def unindexed(self) -> dict[str, Any] | None:
+        """Node-filtered: the selection's calls that the node index cannot tell of (and binds
+        whose request cannot be read), which may have involved the node; or None."""
+        from .nodeindex import UNINDEXED_REASON
+
+        calls = self.unindexed_calls.count() + self.tally.unread_binds if self.unindexed_calls is not None else 0
+        return {"calls": calls, "reason": UNINDEXED_REASON} if calls else None
 
 
 def stream(run: ExportRun, records: Iterable[list[Any]]) -> Generator[bytes, None, None]:

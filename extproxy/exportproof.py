@@ -261,18 +261,26 @@ def _check_records(lines: Iterator[tuple[int, bytes, bool]], fmt: str, columns: 
     if whole.hexdigest() != manifest.get("file_sha256"):
         return Verdict(False, "every record chains, but the file's SHA-256 differs from the manifest's "
                               "(bytes outside the records were changed)")
-    gaps = manifest.get("gaps") or []
-    if gaps or not manifest.get("complete", False):
-        missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps)
-        if manifest.get("still_open"):
-            missing = ", ".join(filter(None, [missing, f"the range is still open: {manifest['still_open'].get('reason')}, "
-                                                       f"stored up to {manifest['still_open'].get('stored_up_to')}"]))
-        missing = missing or "see the manifest"
+    if manifest.get("gaps") or not manifest.get("complete", False):
         return Verdict(True, f"unaltered: {seq} records as exported, but the range is NOT complete "
-                             f"({'events' if manifest.get('kind') == 'audit' else 'calls'} missing from the records: "
-                             f"{missing})", None, complete=False)
+                             f"({incomplete(manifest)})", None, complete=False)
     tail = f"last hash {previous[:16]}…" if seq else "an empty export"
     return Verdict(True, f"complete and unaltered: {seq} records, {tail}", None, complete=True)
+
+
+def incomplete(manifest: dict) -> str:
+    """Why a manifest is not complete, in words: its gaps, an open range, calls the node index
+    could not tell of (a node-filtered export)."""
+    gaps = manifest.get("gaps") or []
+    missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps)
+    why = [f"{'events' if manifest.get('kind') == 'audit' else 'calls'} missing from the records: {missing}"] if gaps else []
+    if manifest.get("still_open"):
+        why.append(f"the range is still open: {manifest['still_open'].get('reason')}, "
+                   f"stored up to {manifest['still_open'].get('stored_up_to')}")
+    if manifest.get("unindexed"):
+        why.append(f"{manifest['unindexed'].get('calls')} calls of the selection not checked for the node: "
+                   f"{manifest['unindexed'].get('reason')}")
+    return "; ".join(why) or "see the manifest"
 
 
 def _why_broken(fmt: str, body: bytes, digest: str, expected_seq: int, previous: str, manifest: dict) -> str:

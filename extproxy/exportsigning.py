@@ -5,7 +5,8 @@ Key: settings.EXTPROXY_EXPORT_SIGNING_KEY (a PEM private key; replicas must shar
 from a Secret), else one generated once in the data directory (export-signing.pem, mode 0600).
 A key that cannot be read is an error before an export starts, never a manifest signed with
 something else. Verifying here trusts the server's own public key and those in
-settings.EXTPROXY_EXPORT_TRUSTED_KEYS (other replicas', earlier keys), and the version 1 secret
+settings.EXTPROXY_EXPORT_TRUSTED_KEYS (other replicas', earlier keys: PEM or base64, as
+`published` gives them, `trusted_keys`), and the version 1 secret
 (settings.EXTPROXY_EXPORT_KEY or export-hmac.key) for the manifests signed before version 2;
 verifying never creates a key.
 """
@@ -119,13 +120,51 @@ def trust() -> proof.Trust:
 
     own = existing_private_key()
     keys = [public_raw(own)] if own is not None else []
-    for item in re.split(r"[\s,]+", getattr(settings, "EXTPROXY_EXPORT_TRUSTED_KEYS", "")):
-        if item:
-            try:
-                keys.append(proof.read_public_key(item.encode()))
-            except ValueError as exc:
-                raise SigningKeyError(f"EXTPROXY_EXPORT_TRUSTED_KEYS: {item[:16]}...: {exc}") from None
+    keys += trusted_keys(getattr(settings, "EXTPROXY_EXPORT_TRUSTED_KEYS", ""))
     return proof.Trust(public_keys=tuple(keys), hmac_key=legacy_hmac_key())
+
+
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
+_ACCEPTED = "each a PEM public key or its 32 bytes in base64 (manage.py export_signing_key, GET /api/export/signing-key/)"
+
+
+def trusted_keys(text: str) -> list[bytes]:
+    """The raw public keys of EXTPROXY_EXPORT_TRUSTED_KEYS: PEM public keys (as `cryptography`
+    writes them, `manage.py export_signing_key` prints them with its `# key id` line, or the
+    `pem` of GET /api/export/signing-key/, its line breaks as they are, written as \\n, or
+    spaces) and keys in base64 (its `public_key`), separated by commas or whitespace; from `#`
+    to the end of a line is a comment. SigningKeyError names the first entry that is not one."""
+    text = "\n".join(line.split("#", 1)[0] for line in text.replace("\\n", "\n").splitlines())
+    keys = []
+    for number, entry in enumerate(_entries(text), 1):
+        block = _PEM_BLOCK.fullmatch(entry)
+        if block is not None and "PRIVATE" in block.group(1):  # shown by its label alone: it is a secret
+            raise SigningKeyError(f"EXTPROXY_EXPORT_TRUSTED_KEYS: entry {number} is a PEM {block.group(1)}: "
+                                  f"give its public half ({_ACCEPTED})")
+        if block is not None:
+            body = "".join(block.group(2).split())
+            shown = f"PEM {block.group(1)} {body[:12]}..."
+            wrapped = "\n".join(body[i : i + 64] for i in range(0, len(body), 64))
+            entry = f"-----BEGIN {block.group(1)}-----\n{wrapped}\n-----END {block.group(1)}-----\n"
+        else:
+            shown = f"{entry[:16]}..." if len(entry) > 16 else entry
+        try:
+            if block is None and "-----" in entry:
+                raise ValueError("part of a PEM block without its matching -----BEGIN/-----END line")
+            keys.append(proof.read_public_key(entry.encode()))
+        except ValueError as exc:
+            raise SigningKeyError(f"EXTPROXY_EXPORT_TRUSTED_KEYS: entry {number} ({shown}): {exc}; {_ACCEPTED}") from None
+    return keys
+
+
+def _entries(text: str) -> list[str]:
+    """PEM blocks whole, and the words between them."""
+    entries, at = [], 0
+    for block in _PEM_BLOCK.finditer(text):
+        entries += [w for w in re.split(r"[\s,]+", text[at : block.start()]) if w]
+        entries.append(block.group(0))
+        at = block.end()
+    return entries + [w for w in re.split(r"[\s,]+", text[at:]) if w]
 
 
 def legacy_hmac_key() -> bytes | None:

@@ -6,7 +6,8 @@ them): the serving process's drops from the gap records it spools (queue-full, s
 spool-error, stopping, unencodable: one row per reason per gap record, i.e. per second at most,
 see recording/dropcount.py) and its own (torn, unreadable, unstorable: one row each), each row
 keyed by where its drop was found; retention (`note_gap`, reasons pruned-*, merged, no key; audit-pruned-age for the audit
-trail's own). Readers: export manifests (`gaps_overlapping`), GET /api/gaps/ (api/gaps.py).
+trail's own). Readers: export manifests (`gaps_overlapping`), GET /api/gaps/ (api/gaps.py), the
+dashboard's warnings and audit page; each says which KIND a row is (`kind_of`, `of_kind`).
 This module must not delete or alter call records.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone as tz
 from typing import Any, NamedTuple
 
-from django.db.models import F, Sum
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 
@@ -99,6 +100,19 @@ def note_drops(drops: Iterable[Drop]) -> int:
 
 
 AUDIT_PREFIX = "audit-"  # a gap in the audit trail (its retention), not in the calls
+# What a gap row is missing, named as the export that counts it: "calls" (calls dropped or
+# pruned) or "audit" (audit events the audit trail's own retention deleted: no call is missing).
+KINDS = ("calls", "audit")
+
+
+def kind_of(reason: str) -> str:
+    return "audit" if reason.startswith(AUDIT_PREFIX) else "calls"
+
+
+def of_kind(kind: str) -> Q:
+    """The gap rows of one of KINDS: every reader that speaks of lost calls reads "calls" only."""
+    audit = Q(reason__startswith=AUDIT_PREFIX)
+    return audit if kind == "audit" else ~audit
 
 
 def gaps_overlapping(since: datetime | None, until: datetime | None, kind: str = "calls") -> list[dict[str, Any]]:
@@ -106,9 +120,7 @@ def gaps_overlapping(since: datetime | None, until: datetime | None, kind: str =
     kind "calls" (dropped or pruned calls) or "audit" (pruned audit events)."""
     from .models import RecordingGap
 
-    gaps = RecordingGap.objects.all()
-    audit_gaps = {"reason__startswith": AUDIT_PREFIX}
-    gaps = gaps.filter(**audit_gaps) if kind == "audit" else gaps.exclude(**audit_gaps)
+    gaps = RecordingGap.objects.filter(of_kind(kind))
     if since is not None:
         gaps = gaps.filter(last_at__gte=since)
     if until is not None:

@@ -11,6 +11,10 @@ the transaction does not commit, and refreshes a set's last_seen at most every T
 while calls use it, so retention (which deletes sets no kept call refers to) never deletes a
 set it remembers. Off with EXTPROXY_NODE_INDEX=0. This module must not decide verdicts: it
 stores the decisions the recorder built.
+
+Readers: `involving` (the calls whose set names a node) and `unindexed` (the calls no set speaks
+for: recorded while the index was off, replays, records whose request was never read, sets gone),
+so that whoever promises completeness (exports) can say what the index cannot.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Q
 
 from .recording.bulk import storable_text
 from .recording.retention import TOUCH_EVERY  # retention keeps a set seen within twice this
@@ -49,6 +54,39 @@ def pairs_and_digest(decisions: Sequence[Decision], nodes: Iterable[str]) -> tup
     """What `NodeSets.assign` reads from a call (`call._node_pairs`); digest None: no pairs."""
     pairs = pairs_for(decisions, nodes)
     return pairs, (digest_of(pairs) if pairs else None)
+
+
+def involving(node: str, verdict: str | None = None) -> Q:
+    """Calls whose set pairs `node` (with `verdict`, when given): what `?node=` selects."""
+    from .models import NodeSetEntry
+
+    entries = NodeSetEntry.objects.filter(node=node)
+    if verdict:
+        entries = entries.filter(result=verdict)
+    return Q(node_set__in=entries.values("node_set_id"))
+
+
+UNINDEXED_REASON = ("not in the node index (recorded while EXTPROXY_NODE_INDEX=0, replays, records whose request "
+                    "was not read, node sets gone): whether they involved the node is not known")
+
+
+def unindexed() -> Q:
+    """Calls the index cannot speak for, which `involving` never finds whatever nodes they had:
+
+    - no set although the call had nodes or verdicts: recorded while the index was off
+      (EXTPROXY_NODE_INDEX=0), or a replay (replays are stored without sets);
+    - no set, no nodes and no pod: a record whose request was never read (a raw record, a
+      request the scheduler's decoder would refuse), whose nodes are not known;
+    - a set that is gone (the call refers to a set id no longer stored).
+
+    A call that truly named no node (a bind to "", a request with no nodes) has a pod, and is
+    not among them."""
+    from .models import NodeSet
+
+    had_nodes = Q(node_count__gt=0) | Q(passed_count__gt=0) | Q(failed_count__gt=0) | Q(unresolvable_count__gt=0)
+    never_read = Q(node_count=0, pod_uid="")
+    gone = ~Exists(NodeSet.objects.filter(pk=OuterRef("node_set_id")))
+    return (Q(node_set__isnull=True) & (had_nodes | never_read)) | (Q(node_set__isnull=False) & gone)
 
 
 class NodeSets:

@@ -295,8 +295,9 @@ LOGGING = {
 # The Ed25519 private key (PEM) signing export manifests. Unset: one generated once into DATA_DIR
 # (export-signing.pem). Several replicas must share one key: set it (from a Secret).
 EXTPROXY_EXPORT_SIGNING_KEY = os.environ.get("EXTPROXY_EXPORT_SIGNING_KEY", "")
-# Public keys (base64, comma- or space-separated) this server also trusts when it verifies a file:
-# another replica's, or the key before a rotation.
+# Public keys this server also trusts when it verifies a file: another replica's, or the key
+# before a rotation. PEM (as `manage.py export_signing_key` prints it) or base64 (the API's
+# `public_key`), separated by commas or whitespace (exportsigning.trusted_keys).
 EXTPROXY_EXPORT_TRUSTED_KEYS = os.environ.get("EXTPROXY_EXPORT_TRUSTED_KEYS", "")
 # The HMAC secret of version 1 manifests (before Ed25519), used only to verify them; unset: the
 # data directory's export-hmac.key, where one was made.

@@ -68,3 +68,28 @@ def test_an_event_stored_with_a_lone_surrogate_earlier_is_exported_whole():
     assert verify(io.BytesIO(body), manifest).complete
     [row] = [r for r in csv.DictReader(io.StringIO(body.decode(), newline="")) if r["action"] == "replay"]
     assert json.loads(row["detail"])["target"]["note"] == "?"
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite",
+                    reason="PostgreSQL cannot store such a row (jsonb refuses \\ud800): only SQLite ever kept one")
+def test_an_event_stored_with_a_lone_surrogate_earlier_is_listed_and_shown_with_a_question_mark():
+    from tests.test_dashboard_pages import viewer
+
+    with connection.cursor() as cursor:  # as SQLite kept it before audit() made texts storable
+        cursor.execute("INSERT INTO extproxy_auditevent (at, actor, action, target, source, detail) "
+                       "VALUES (%s, 'dev', 'replay', 'replay 1', '10.0.0.7', %s)",
+                       [connection.ops.adapt_datetimefield_value(timezone.now()),
+                        '{"target": {"kind": "configured", "note": "\\ud800 \\u00e9"}, "\\ud801": 2}'])
+    [stored] = AuditEvent.objects.filter(action="replay")
+    assert stored.detail["target"]["note"] == "\ud800 \u00e9"  # what a reader gets from the database
+    client = auditor()
+    listed = client.get("/api/audit/?action=replay")
+    assert listed.status_code == 200  # was a 500 (UnicodeEncodeError in the JSON renderer)
+    [event] = listed.json()["results"]
+    assert event["detail"] == {"target": {"kind": "configured", "note": "? \u00e9"}, "?": 2}
+    assert (event["actor"], event["target"], event["source"]) == ("dev", "replay 1", "10.0.0.7")
+    assert client.get(f"/api/audit/{stored.pk}/").json()["detail"] == event["detail"]
+    page = viewer().get("/audit/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "&quot;note&quot;: &quot;? \u00e9&quot;" in html and "\\ud800" not in html

@@ -197,3 +197,62 @@ def test_whoever_may_export_the_audit_trail_may_fetch_the_public_key():
     client = APIClient(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=user).key)
     assert client.get("/api/audit/export/").status_code == 200
     assert client.get("/api/export/signing-key/").status_code == 200
+
+
+# --- EXTPROXY_EXPORT_TRUSTED_KEYS: what the server publishes, pasted as it is -----------------------
+
+
+def another_replica(tmp_path: Path, client) -> tuple[dict, str, dict]:
+    """Another replica's key as its operator has it: a manifest it signed, what its
+    `manage.py export_signing_key` prints, and its GET /api/export/signing-key/."""
+    with override_settings(DATA_DIR=str(tmp_path / "replica-b"), EXTPROXY_EXPORT_SIGNING_KEY=""):
+        signed = exportsigning.sign({"manifest_version": 2, "records": 0})
+        printed, _ = run_command("export_signing_key")
+        published = client.get("/api/export/signing-key/").json()
+    return signed, printed, published
+
+
+def test_trusted_keys_take_the_pem_and_base64_the_server_gives(tmp_path):
+    signed, printed, published = another_replica(tmp_path, auditor())
+    assert printed.startswith("# key id ") and "-----BEGIN PUBLIC KEY-----" in printed
+    pem_line = " ".join(published["pem"].split())  # an env file's one line
+    as_json = json.dumps(published["pem"])[1:-1]  # copied from the API's JSON: line breaks as \n
+    other = Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()  # as cryptography writes it
+    assert exportproof.signature_problem(signed, exportsigning.trust()) is not None  # not trusted yet
+    for setting in (printed, published["pem"], pem_line, as_json, published["public_key"],
+                    f"{other}, {published['public_key']}", f"{published['public_key']}\n{printed}{other}"):
+        with override_settings(EXTPROXY_EXPORT_TRUSTED_KEYS=setting):
+            assert exportproof.signature_problem(signed, exportsigning.trust()) is None, setting
+    keys = exportsigning.trusted_keys(f"{other}\n{printed},{published['public_key']}")
+    assert len(keys) == 3 and keys[1] == keys[2] == base64.b64decode(published["public_key"])
+
+
+@pytest.mark.parametrize("entry, says", [
+    ("not-a-key", "entry 2 (not-a-key): neither PEM nor base64"),
+    (base64.b64encode(b"k" * 31).decode(), "entry 2 (a2tra2tra2tra2tr...): an Ed25519 public key is 32 bytes, this is 31"),
+    ("-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA", "entry 2 (-----BEGIN): part of a PEM block without its matching"),
+    ("rsa", "entry 2 (PEM PUBLIC KEY MIIBIjANBgkq...): an Ed25519 public key is needed, this is a"),
+    ("private", "entry 2 is a PEM PRIVATE KEY: give its public half"),
+])
+def test_a_trusted_key_that_is_not_one_is_named_with_what_is_accepted(entry, says, tmp_path):
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    if entry == "rsa":
+        entry = rsa.generate_private_key(65537, 2048).public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    elif entry == "private":
+        entry = Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    good = base64.b64encode(exportsigning.public_raw(Ed25519PrivateKey.generate())).decode()
+    with override_settings(EXTPROXY_EXPORT_TRUSTED_KEYS=f"{good}\n{entry}"):
+        with pytest.raises(exportsigning.SigningKeyError) as raised:
+            exportsigning.trust()
+        with pytest.raises(CommandError, match="EXTPROXY_EXPORT_TRUSTED_KEYS: entry 2"):
+            (tmp_path / "m.json").write_text("{}")
+            run_command("verify_export", str(tmp_path / "m.json"), str(tmp_path / "m.json"))
+    message = str(raised.value)
+    assert message.startswith("EXTPROXY_EXPORT_TRUSTED_KEYS: ") and says in message, message
+    assert "each a PEM public key or its 32 bytes in base64" in message
+    if "PRIVATE" in entry:
+        assert entry.splitlines()[1][:8] not in message  # a secret is never repeated

@@ -250,3 +250,16 @@ def test_the_pod_page_says_calls_were_lost_since_its_earliest_call(spool):
     assert "13 calls" not in said  # the drop 90 minutes back is not in the last hour
     RecordingGap.objects.all().delete()
     assert "record-incomplete" not in client.get("/pods/ml-team/never-seen/").content.decode()
+
+
+def test_the_audit_trails_own_retention_is_no_lost_call(spool):
+    client = viewer()
+    reports(spool)
+    record(gpu_attempt(name="audited", at=time.time() - 30 * 60))
+    gap("audit-pruned-age", 500, minutes_ago=10)  # the audit trail's retention (auditMaxAge of an hour)
+    gap("queue-full", 3, minutes_ago=5)
+    assert [w.split(" dropped")[0] for w in warnings(client)] == ["3 calls"]  # was: and "500 calls"
+    for pod in ("audited", "never-seen"):
+        [said] = re.findall(r'<p class="record-incomplete">(.*?)</p>',
+                            client.get(f"/pods/ml-team/{pod}/").content.decode(), re.S)
+        assert "3 calls (queue-full" in said and "audit" not in said and "500" not in said, said

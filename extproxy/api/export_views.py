@@ -25,7 +25,7 @@ from .. import export, exportsigning
 from ..audit import Action, audit, source_of
 from ..models import AuditEvent, Call, Export
 from ..roles import Perm
-from .filters import AuditFilter, CallFilter, StrictFilterBackend
+from .filters import AuditFilter, ExportCallFilter, StrictFilterBackend
 from .permissions import needs, needs_one_of
 
 CONTENT_TYPES = {"ndjson": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
@@ -67,20 +67,24 @@ class _ExportView(generics.GenericAPIView):
             exportsigning.private_key()
         except exportsigning.SigningKeyError as exc:
             return Response({"detail": f"exports are refused until the signing key is mended: {exc}"}, status=503)
-        queryset = self.filter_queryset(self.get_queryset())
-        filterset = self.filterset_class(request.query_params, queryset=queryset)
-        filterset.is_valid()
-        since = filterset.form.cleaned_data.get("since")
-        until = filterset.form.cleaned_data.get("until") or timezone.now()
+        filterset = StrictFilterBackend().filterset(request, self.get_queryset(), self)
+        cleaned = filterset.form.cleaned_data
+        since, until = cleaned.get("since"), cleaned.get("until") or timezone.now()
         since, until = (since.astimezone(dt.timezone.utc) if since else None), until.astimezone(dt.timezone.utc)
-        queryset = queryset.filter(**{f"{self.time_field}__lt": until})  # a fixed end: what "now" was
+        end = {f"{self.time_field}__lt": until}  # a fixed end: what "now" was
+        queryset = filterset.qs.filter(**end)
+        unindexed = getattr(filterset, "unindexed", None)
         run = export.ExportRun(
             kind=self.kind, fmt=fmt, filters=dict(request.query_params.items()), since=since, until=until,
             user=request.user.get_username(), source=source_of(request),
+            unindexed_calls=None if unindexed is None else unindexed.filter(**end),
         )
         audit(request, Action.EXPORT if self.kind == "calls" else Action.AUDIT_EXPORT,
               target=f"{self.kind} as {fmt}", detail={"export_id": run.export_id, "filters": run.filters})
-        records = (export.call_records if self.kind == "calls" else export.audit_records)(queryset, run.tally)
+        if self.kind == "calls":
+            records = export.call_records(queryset, run.tally, cleaned.get("node") or None)
+        else:
+            records = export.audit_records(queryset, run.tally)
         chunks = export.stream(run, records)
         body = export.as_async(chunks) if isinstance(request._request, ASGIRequest) else chunks
         response = StreamingHttpResponse(body, content_type=CONTENT_TYPES[fmt])
@@ -99,7 +103,7 @@ class CallExportView(_ExportView):
     kind = "calls"
     time_field = "started_at"
     queryset = Call.objects.all()
-    filterset_class = CallFilter
+    filterset_class = ExportCallFilter
     permission_classes = [needs(Perm.EXPORT_CALLS)]
 
 

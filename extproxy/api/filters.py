@@ -2,8 +2,9 @@
 from them), and the strictness around them: an unknown parameter, a bad value or a bad page
 size is a 400 that names it.
 
-`CallFilter` is shared by /api/calls/, /api/export/, `manage.py export` and the dashboard's
-feed (through `filter_calls`), so every face filters the same way.
+`CallFilter` is shared by /api/calls/, the dashboard's feed (through `filter_calls`) and, as
+`ExportCallFilter`, by /api/export/ and `manage.py export`, so every face filters the same way
+(exports also account for the calls the node index cannot speak for).
 """
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import datetime
 
 import django_filters as df
 from django import forms
-from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
+from django_filters.utils import translate_validation
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 
-from ..models import AuditEvent, Call, NodeSetEntry, Outcome, Verb
+from .. import nodeindex
+from ..models import AuditEvent, Call, Outcome, Verb
 
 REPLAYS = ("exclude", "include", "only")
 VERDICTS = [("passed", "passed"), ("failed", "failed"), ("unresolvable", "unresolvable"), ("scored", "scored")]
@@ -123,11 +126,30 @@ class CallFilter(df.FilterSet):
 
             if not settings.EXTPROXY_NODE_INDEX:
                 raise ValidationError({"node": ["the node index is off (EXTPROXY_NODE_INDEX=0): no node filter"]})
-            index = NodeSetEntry.objects.filter(node=node)
-            if verdict:
-                index = index.filter(result=verdict)
-            queryset = queryset.filter(node_set__in=index.values("node_set_id"))
+            queryset = self.filter_node(queryset, node, verdict)
         return queryset
+
+    def filter_node(self, queryset: QuerySet, node: str, verdict: str | None) -> QuerySet:
+        """Listings read the node index only (nodeindex.involving): a call it cannot speak for
+        (nodeindex.unindexed) is not found. Exports do more (ExportCallFilter)."""
+        return queryset.filter(nodeindex.involving(node, verdict))
+
+
+class ExportCallFilter(CallFilter):
+    """The calls filters of an export, which promises completeness: with `node`, besides what
+    the index finds, the binds it cannot speak for are candidates (the export keeps those whose
+    request names the node: export.call_records), and the other calls it cannot speak for are
+    kept in `unindexed`, for the manifest to count (whether they involved the node is not known).
+    """
+
+    unindexed: QuerySet | None = None
+
+    def filter_node(self, queryset: QuerySet, node: str, verdict: str | None) -> QuerySet:
+        unknown = nodeindex.unindexed()
+        self.unindexed = queryset.filter(unknown).exclude(verb=Verb.BIND)
+        if verdict:  # a bind gives no verdict: none is a candidate
+            return queryset.filter(nodeindex.involving(node, verdict))
+        return queryset.filter(nodeindex.involving(node) | (Q(verb=Verb.BIND) & unknown))
 
 
 class AuditFilter(df.FilterSet):
@@ -157,6 +179,20 @@ class StrictFilterBackend(DjangoFilterBackend):
     """django-filter, plus: a query parameter nobody reads is a 400 naming it."""
 
     def filter_queryset(self, request, queryset, view):
+        self.reject_unknown(request, queryset, view)
+        return super().filter_queryset(request, queryset, view)
+
+    def filterset(self, request, queryset, view) -> df.FilterSet:
+        """The view's FilterSet, checked as filter_queryset checks it and filtered (`.qs`), for
+        a view that reads more of it than the queryset (exports: the range, the node)."""
+        self.reject_unknown(request, queryset, view)
+        filterset = self.get_filterset(request, queryset, view)
+        if not filterset.is_valid():
+            raise translate_validation(filterset.errors)
+        filterset.qs  # noqa: B018 (filters now: a bad value is a 400 before anything else is done)
+        return filterset
+
+    def reject_unknown(self, request, queryset, view) -> None:
         filterset_class = self.get_filterset_class(view, queryset)
         known = set(filterset_class.base_filters) if filterset_class else set()
         known |= set(getattr(view, "extra_query_params", ()))
@@ -172,7 +208,6 @@ class StrictFilterBackend(DjangoFilterBackend):
                     f"known: {', '.join(sorted(k for k in known if k))}",
                 }
             )
-        return super().filter_queryset(request, queryset, view)
 
 
 class StrictCursorPagination(CursorPagination):

@@ -20,8 +20,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from extproxy import export
+from extproxy.exportproof import incomplete
 from extproxy.exportsigning import SigningKeyError, private_key
-from extproxy.api.filters import AuditFilter, CallFilter
+from extproxy.api.filters import AuditFilter, CallFilter, ExportCallFilter
 from extproxy.audit import Action, audit
 from extproxy.models import AuditEvent, Call
 
@@ -40,7 +41,7 @@ class Progress:
         if not final and now - self.shown < 0.2:
             return
         self.shown = now
-        done = run.tally.calls
+        done = run.tally.calls + run.tally.passed_over  # read so far (a node's export passes over some binds)
         share = f" ({done * 100 // self.total}%)" if self.total else ""
         rate = run.records / max(now - self.started, 1e-9)
         width = 30
@@ -70,7 +71,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         audit_kind = options["audit"]
-        filterset_class = AuditFilter if audit_kind else CallFilter
+        filterset_class = AuditFilter if audit_kind else ExportCallFilter
         given = {k[len("filter_"):]: v for k, v in options.items() if k.startswith("filter_") and v is not None}
         unknown = sorted(set(given) - set(filterset_class.base_filters))
         if unknown:
@@ -86,7 +87,9 @@ class Command(BaseCommand):
         until = (filterset.form.cleaned_data.get("until") or timezone.now()).astimezone(dt.timezone.utc)
         since = filterset.form.cleaned_data.get("since")
         since = since.astimezone(dt.timezone.utc) if since else None
-        queryset = queryset.filter(**{f"{time_field}__lt": until})
+        end = {f"{time_field}__lt": until}
+        queryset = queryset.filter(**end)
+        unindexed = getattr(filterset, "unindexed", None)
         output, manifest_path = options["output"], options["manifest"]
         if not output and not manifest_path:
             raise CommandError("writing to stdout: say where the manifest goes with --manifest FILE")
@@ -97,12 +100,16 @@ class Command(BaseCommand):
             raise CommandError(f"exports cannot be signed: {exc}") from None
         actor = _cli_actor()
         run = export.ExportRun(kind="audit" if audit_kind else "calls", fmt=options["format"], filters=given,
-                               since=since, until=until, user=actor, source="cli")
+                               since=since, until=until, user=actor, source="cli",
+                               unindexed_calls=None if unindexed is None else unindexed.filter(**end))
         audit(None, Action.AUDIT_EXPORT if audit_kind else Action.EXPORT, target=f"{run.kind} as {run.fmt}",
               actor=actor, source="cli", detail={"export_id": run.export_id, "filters": given})
         progress = None if options["no_progress"] else Progress(self.stderr._out, queryset.count(),
                                                                  "events" if audit_kind else "calls")
-        records = (export.audit_records if audit_kind else export.call_records)(queryset, run.tally)
+        if audit_kind:
+            records = export.audit_records(queryset, run.tally)
+        else:
+            records = export.call_records(queryset, run.tally, filterset.form.cleaned_data.get("node") or None)
         target: BinaryIO = open(output, "wb") if output else sys.stdout.buffer
         started = time.perf_counter()
         try:
@@ -118,8 +125,7 @@ class Command(BaseCommand):
         if progress:
             progress.show(run, final=True)
         Path(manifest_path).write_text(json.dumps(run.manifest, indent=2) + "\n")
-        gaps = run.manifest["gaps"] if run.manifest else []
-        note = "" if not gaps else " NOT complete: " + ", ".join(f"{g['calls']} calls {g['reason']}" for g in gaps)
+        note = "" if not run.manifest or run.manifest["complete"] else " NOT complete: " + incomplete(run.manifest)
         seconds = time.perf_counter() - started
         self.stderr.write(f"exported {run.records} records to {output or 'stdout'} in {seconds:.3f} s "
                           f"({run.records / max(seconds, 1e-9):,.0f} records/s); manifest {manifest_path}{note}")
