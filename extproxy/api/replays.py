@@ -9,7 +9,8 @@ developer role): a replay sends recorded requests to backends and any URL given.
     GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=)
     GET  /api/replays/<id>/items/<item>/   one item with its whole diff
     POST /api/replays/<id>/cancel/   stop a queued or running run (between calls; audited);
-                            409 when it has ended. GET: whether it can still be cancelled
+                            409 when it has ended. GET: whether it can still be cancelled.
+                            A run shows the ask in cancel_requested_by/_at (and in words in error)
     GET  /api/shadows/      the shadow backends' live diff against their primaries (any role)
 """
 from __future__ import annotations
@@ -50,7 +51,7 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
     return {
         "id": run.pk,
         "status": run.status,
-        "created_at": run.created_at.isoformat().replace("+00:00", "Z"),
+        "created_at": _iso(run.created_at),
         "created_by": run.created_by.username if run.created_by else None,
         "selector": run.selector,
         "target": run.shown_target,
@@ -63,10 +64,16 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
         "skipped": run.skipped,
         "redacted": run.redacted,
         "counts": run.counts,
-        "error": run.error,
+        "error": run.error or run.cancel_note,  # a cancel in words too, for clients that read only this
+        "cancel_requested_by": run.cancel_requested_by or None,
+        "cancel_requested_at": _iso(run.cancel_requested_at),
         "url": f"/api/replays/{run.pk}/",
         "page": f"/replays/{run.pk}/",
     }
+
+
+def _iso(moment) -> str | None:
+    return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
 def item_to_json(item: ReplayItem, with_diff: bool = False) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from ..recording.bulk import make_storable
 from ..recording.rows import MAX_ERROR_TEXT, Undecodable
 from ..redaction import bounded_text
 from . import diff as diffs
-from .cancel import Cancelled, cancel_asked_meanwhile, check_cancelled
+from .cancel import Cancelled, check_cancelled
 from .modes import in_mode
 from .targets import CaptureRecorder, TargetError, base_backend, replacing
 
@@ -345,8 +345,8 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
                 on_result(result)
             progress.save()
         run.status = "done"
-    except Cancelled as exc:  # asked through the API or the dashboard; the items so far stay
-        run.status, run.error = "failed", str(exc)
+    except Cancelled:  # asked through the API or the dashboard (the run's cancel fields); the items so far stay
+        run.status = "failed"
     except Exception as exc:  # the run ends, its progress so far stays; the process goes on
         log.exception("replay run %s failed", run.pk)
         run.status = "failed"
@@ -354,9 +354,7 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
     finally:
         replayer.close()
         run.finished_at = timezone.now()
-        if not run.error:  # a cancel asked after the last call: the run is done, the ask kept
-            run.error = cancel_asked_meanwhile(run)
-        progress.save(force=True)
+        progress.save(force=True)  # a cancel asked after the last call stays in its own fields
 
 
 def item_diff(item) -> dict | None:

@@ -210,7 +210,7 @@ class Command(BaseCommand):
             with beating(run.pk):  # the server's watcher takes a run without a heartbeat for a dead one
                 run_replay(run, config=config, on_result=on_result)
             if run.status == "failed":
-                raise CommandError(f"replay run {run.pk} failed: {run.error}", returncode=2)
+                raise CommandError(f"replay run {run.pk} failed: {run.error or run.cancel_note}", returncode=2)
             self.stderr.write(f"recorded as replay run {run.pk}")
         bar.done()
 
