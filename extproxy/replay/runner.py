@@ -243,6 +243,22 @@ def select_calls(selector: dict[str, Any]):
     return filter_calls(calls, filters)
 
 
+def missing_calls(ids: list[int]) -> list[int]:
+    """The ids of a `calls` selector that name no recorded call (pruned, mistyped, or a replay's
+    own), sorted: a run of the others would pass a gate on fewer calls than it was asked."""
+    from ..models import Call
+
+    wanted = set(list(ids)[:MAX_CALLS_PER_RUN])
+    found = set(Call.objects.filter(is_replay=False, pk__in=list(wanted)).values_list("pk", flat=True))
+    return sorted(wanted - found)
+
+
+def missing_words(missing: list[int], asked: int, shown: int = 20) -> str:
+    """The missing ids in words, at most `shown` of them named."""
+    named = ", ".join(str(i) for i in missing[:shown]) + (f" and {len(missing) - shown} more" if len(missing) > shown else "")
+    return f"{len(missing)} of the {asked} call ids name no recorded call (pruned or mistyped): {named}"
+
+
 def store(result: Result, run, nodes: NodeDeduper) -> Any:
     """Record the replay (linked to its original) and its ReplayItem, in one transaction.
     The item's error is redacted and bounded as a call's is: it can quote a target's URL with
