@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-import yaml
 from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import NotFound, ValidationError
@@ -22,6 +21,7 @@ from extproxy.api.bodies import MAX_ID, object_or_404
 from extproxy.bodies import request_of, response_of
 from extproxy.models import Call, Outcome, ReplayRun, Verb
 from extproxy.replay.runner import item_diff
+from extproxy.replay.targets import TargetError, load_rules
 from extproxy.roles import Perm, requires
 
 bodies_required = requires(Perm.VIEW_BODIES)  # the call page shows bodies
@@ -66,16 +66,6 @@ ITEMS_SHOWN = 200
 MAX_RULES_TEXT = 64 * 1024  # characters of policy rules posted from the form
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without aliases: nested aliases expand as the target is stored and audited
-    (225 posted bytes became 53 KB, 317 became 4.3 MB). A policy has no use for them."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed", self.peek_event().start_mark)
-        return super().compose_node(parent, index)
-
-
 def _target_from_form(post) -> dict[str, Any]:
     kind = post.get("target_kind") or "configured"
     target: dict[str, Any] = {"kind": kind}
@@ -86,9 +76,9 @@ def _target_from_form(post) -> dict[str, Any]:
             if len(post["rules"]) > MAX_RULES_TEXT:
                 raise ValidationError({"rules": f"at most {MAX_RULES_TEXT} characters"})
             try:
-                target["rules"] = yaml.load(post["rules"], Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
-            except yaml.YAMLError as exc:
-                raise ValidationError({"rules": f"not YAML or JSON: {exc}"}) from None
+                target["rules"] = load_rules(post["rules"])  # aliases refused (as the command's --rules)
+            except TargetError as exc:
+                raise ValidationError({"rules": str(exc)}) from None
         else:
             target["policy"] = post.get("policy", "")
     for field, key in TARGET_FIELDS.items():

@@ -177,3 +177,17 @@ def test_policy_rules_with_aliases_or_past_the_bound_are_refused(one_filter):
     started = pages.post("/replays/", {"call": call["id"], "target_kind": "policy", "rules": rules})
     assert started.status_code == 302 and ReplayRun.objects.get().target["rules"]["rules"][0]["kind"] == "requiredLabels"
 
+
+def test_the_commands_rules_file_refuses_aliases_as_the_dashboard_does(one_filter, tmp_path):
+    """One loader for policy rules given as text: a small --rules file of nested aliases would
+    expand to gigabytes (9^levels items) as the target is checked and stored."""
+    _, path, call = one_filter
+    bomb, plain = tmp_path / "bomb.yaml", tmp_path / "rules.yaml"
+    bomb.write_text(_bomb(5))
+    plain.write_text("rules: [{kind: requiredLabels, selector: example.com/gpu.product}]\n")
+
+    code, out, err = replay("--config", path, "--call", str(call["id"]), "--rules", str(bomb), "--no-record")
+    assert code == 2 and "--rules: not YAML or JSON: aliases (*name) are not allowed" in err, out + err
+    code, out, err = replay("--config", path, "--call", str(call["id"]), "--rules", str(plain), "--no-record",
+                            "--node-cache-capable", "true")
+    assert code in (0, 1) and "replayed" in out, out + err  # the same rules without aliases are taken

@@ -27,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandError
 from extproxy.audit import Action, audit
 from extproxy.replay.diff import redaction_note
 from extproxy.replay.runner import Original, Replayer, Result, missing_calls, missing_words, run_replay, select_calls
-from extproxy.replay.targets import TargetError, check
+from extproxy.replay.targets import TargetError, check, load_rules
 from extproxy.replay.worker import beating
 
 SHOW_CHANGED = 20
@@ -165,11 +165,9 @@ class Command(BaseCommand):
         elif options["policy"]:
             target = {"kind": "policy", "policy": options["policy"]}
         elif options["rules"]:
-            import yaml
-
-            try:
-                target = {"kind": "policy", "rules": yaml.safe_load(Path(options["rules"]).read_text())}
-            except (OSError, yaml.YAMLError) as exc:
+            try:  # the dashboard's loader: aliases refused (a small file could expand to gigabytes)
+                target = {"kind": "policy", "rules": load_rules(Path(options["rules"]).read_text())}
+            except (OSError, TargetError) as exc:
                 raise CommandError(f"--rules: {exc}", returncode=2) from None
         fields = {"filter_verb": "filterVerb", "prioritize_verb": "prioritizeVerb", "preempt_verb": "preemptVerb",
                   "bind_verb": "bindVerb", "weight": "weight", "http_timeout": "httpTimeout", "replaces": "replaces"}
