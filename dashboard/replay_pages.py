@@ -154,6 +154,13 @@ def replay(request, pk: int):
 
         cancel(run, request.user, request)  # a run that has just ended: the page shows how
         return redirect("dashboard:replay", pk=run.pk)
+    running = run.status in ("queued", "running")
+    if request.htmx and request.htmx.target == "progress":  # the poll: the run's row is all it shows
+        response = render(request, "dashboard/_replay_progress.html",
+                          {"run": run, "counts": sorted(run.counts.items()), "running": running})
+        if not running:
+            response["HX-Refresh"] = "true"  # finished: reload once for the whole list of calls
+        return response
     kind = request.GET.get("kind", "")
     offset_text = request.GET.get("offset") or "0"
     if not (offset_text.isascii() and offset_text.isdecimal() and int(offset_text) <= MAX_ID):
@@ -179,12 +186,7 @@ def replay(request, pk: int):
             "previous": urlencode(dict(query, offset=max(0, offset - ITEMS_SHOWN))) if offset else "",
             "next": urlencode(dict(query, offset=offset + ITEMS_SHOWN)) if offset + len(shown) < total else ""}
     context = {"run": run, "items": shown, "kind": kind, "counts": sorted(run.counts.items()), "page": page,
-               "running": run.status in ("queued", "running")}
-    if request.htmx and request.htmx.target == "progress":
-        response = render(request, "dashboard/_replay_progress.html", context)
-        if not context["running"]:
-            response["HX-Refresh"] = "true"  # finished: reload once for the whole list of calls
-        return response
+               "running": running}
     return render(request, "dashboard/replay.html", context)
 
 
