@@ -203,7 +203,7 @@ class Replayer:
                         pass  # the trace has how the reply broke off (or timed out): judged below
             if not capture.traces:
                 return Result("error", original, error="the replay left no trace to judge")
-            trace = capture.take()
+            trace = as_spooled(capture.take())
             call, children = build_call(trace, self.redaction, self.attempts, self.nodes)
         except TargetError as exc:
             return Result("error", original, error=str(exc))
@@ -217,6 +217,18 @@ class Replayer:
         for engine in self._engines.values():
             self.loop.run_until_complete(engine.close())
         self.loop.close()
+
+
+def as_spooled(trace):
+    """The trace as the recorder gets it from the spool: without the verdicts the combined form's
+    chain already made (Trace.verdict is not spooled; the recorder judges each backend's reply
+    against the request that backend got). A chain's preempt verdict also names the nodes an
+    earlier backend dropped, so judging by it showed every unchanged combined preempt of two
+    backends as a change (`added`)."""
+    trace.verdict = None
+    for child in trace.backend_calls:
+        as_spooled(child)
+    return trace
 
 
 async def _drain(stream) -> None:
