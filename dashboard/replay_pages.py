@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-import yaml
 from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import NotFound, ValidationError
@@ -22,6 +21,7 @@ from extproxy.api.bodies import MAX_ID, object_or_404
 from extproxy.bodies import request_of, response_of
 from extproxy.models import Call, Outcome, ReplayRun, Verb
 from extproxy.replay.runner import item_diff
+from extproxy.replay.targets import TargetError, load_rules
 from extproxy.roles import Perm, requires
 
 bodies_required = requires(Perm.VIEW_BODIES)  # the call page shows bodies
@@ -66,16 +66,6 @@ ITEMS_SHOWN = 200
 MAX_RULES_TEXT = 64 * 1024  # characters of policy rules posted from the form
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without aliases: nested aliases expand as the target is stored and audited
-    (225 posted bytes became 53 KB, 317 became 4.3 MB). A policy has no use for them."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed", self.peek_event().start_mark)
-        return super().compose_node(parent, index)
-
-
 def _target_from_form(post) -> dict[str, Any]:
     kind = post.get("target_kind") or "configured"
     target: dict[str, Any] = {"kind": kind}
@@ -86,9 +76,9 @@ def _target_from_form(post) -> dict[str, Any]:
             if len(post["rules"]) > MAX_RULES_TEXT:
                 raise ValidationError({"rules": f"at most {MAX_RULES_TEXT} characters"})
             try:
-                target["rules"] = yaml.load(post["rules"], Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
-            except yaml.YAMLError as exc:
-                raise ValidationError({"rules": f"not YAML or JSON: {exc}"}) from None
+                target["rules"] = load_rules(post["rules"])  # aliases refused (as the command's --rules)
+            except TargetError as exc:
+                raise ValidationError({"rules": str(exc)}) from None
         else:
             target["policy"] = post.get("policy", "")
     for field, key in TARGET_FIELDS.items():
@@ -164,6 +154,13 @@ def replay(request, pk: int):
 
         cancel(run, request.user, request)  # a run that has just ended: the page shows how
         return redirect("dashboard:replay", pk=run.pk)
+    running = run.status in ("queued", "running")
+    if request.htmx and request.htmx.target == "progress":  # the poll: the run's row is all it shows
+        response = render(request, "dashboard/_replay_progress.html",
+                          {"run": run, "counts": sorted(run.counts.items()), "running": running})
+        if not running:
+            response["HX-Refresh"] = "true"  # finished: reload once for the whole list of calls
+        return response
     kind = request.GET.get("kind", "")
     offset_text = request.GET.get("offset") or "0"
     if not (offset_text.isascii() and offset_text.isdecimal() and int(offset_text) <= MAX_ID):
@@ -189,12 +186,7 @@ def replay(request, pk: int):
             "previous": urlencode(dict(query, offset=max(0, offset - ITEMS_SHOWN))) if offset else "",
             "next": urlencode(dict(query, offset=offset + ITEMS_SHOWN)) if offset + len(shown) < total else ""}
     context = {"run": run, "items": shown, "kind": kind, "counts": sorted(run.counts.items()), "page": page,
-               "running": run.status in ("queued", "running")}
-    if request.htmx and request.htmx.target == "progress":
-        response = render(request, "dashboard/_replay_progress.html", context)
-        if not context["running"]:
-            response["HX-Refresh"] = "true"  # finished: reload once for the whole list of calls
-        return response
+               "running": running}
     return render(request, "dashboard/replay.html", context)
 
 

@@ -76,6 +76,8 @@ class Engine:
         else:
             policies = {name: parse_policy(name, data) for name, data in config.policies.items()}
         self.backends: dict[str, Backend] = {b.name: build_backend(b, policies) for b in config.backends}
+        for backend in self.backends.values():  # their own figures too (replies truncated)
+            backend.observed = observes_backends
         self._combined = Combined(self.backends, parallel_filter=config.parallel_filter)
         self.offload_bytes = int(getattr(settings, "EXTPROXY_OFFLOAD_BYTES", 1024 * 1024))
         self._durations: dict[tuple[str, str], object] = {}

@@ -343,10 +343,17 @@ class ReplayRun(models.Model):
     # The process holding the run (queued or running) and its last sign of life (replay/worker.py).
     owner = models.CharField(max_length=64, blank=True, default="")
     heartbeat_at = models.DateTimeField(null=True)
+    cancel_requested_by = models.CharField(max_length=150, blank=True, default="")  # replay/cancel.py
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         default_permissions = ()  # roles.py: replay_calls
+
+    @property
+    def cancel_note(self) -> str:  # shown where the run's error is (API, pages, command)
+        late = " (asked after the last call: the run had finished)" if self.status == ReplayStatus.DONE else ""
+        return f"cancelled by {self.cancel_requested_by}{late}" if self.cancel_requested_at else ""
 
     @property
     def shown_target(self) -> dict:

@@ -37,6 +37,9 @@ def test_a_slow_run_is_cancelled_from_the_api_and_the_page_and_frees_the_worker(
     run = wait_for(developer, server, started["id"], timeout=10)
     assert time.monotonic() - began < 5  # not the 100 s left of the rate's wait
     assert run["status"] == "failed" and run["done"] == 1 and run["error"] == f"cancelled by {developer.username}"
+    assert run["cancel_requested_by"] == developer.username and run["cancel_requested_at"]
+    stored = ReplayRun.objects.get(pk=started["id"])
+    assert (stored.error, stored.cancel_requested_by) == ("", developer.username)  # a field, not text in error
     assert wait_for(developer, server, queued["id"])["status"] == "done"  # the worker went on
     again = developer.post(server.url + f"/api/replays/{started['id']}/cancel/")
     assert again.status_code == 409 and "has ended" in again.text
@@ -69,5 +72,39 @@ def test_a_cancel_asked_after_the_last_call_is_kept_on_the_finished_run(backend_
 
     run_replay(run, config=gpu_config(backend.url), on_result=after)
     run.refresh_from_db()
-    assert (run.status, run.done) == ("done", 2)
-    assert run.error == "cancelled by ops (asked after the last call: the run had finished)"
+    assert (run.status, run.done, run.error, run.cancel_requested_by) == ("done", 2, "", "ops")
+    assert run.cancel_requested_at is not None
+    assert run.cancel_note == "cancelled by ops (asked after the last call: the run had finished)"
+
+
+def test_the_api_and_the_pages_show_a_cancel_from_its_fields(transactional_db):
+    """A cancel written to its fields (not to the run's error) shows in the API, on the run's
+    page (and its progress poll) and in the list of runs; a run's own error still shows as its."""
+    from extproxy.replay.cancel import request_cancel
+    from tests.test_replay import user_client
+
+    queued = ReplayRun.objects.create(selector={"call": 1}, target={"kind": "configured"})
+    assert request_cancel(queued.pk, "ops-person")
+    assert not request_cancel(queued.pk, "someone-else")  # ended: the first ask stays
+    queued.refresh_from_db()
+    assert (queued.status, queued.error, queued.cancel_requested_by) == ("failed", "", "ops-person")
+
+    developer = user_client("developer")
+    from django.test import Client  # the API through the test client, with the token of a developer
+
+    api = Client(HTTP_AUTHORIZATION=developer.headers["Authorization"])
+    run = api.get(f"/api/replays/{queued.pk}/").json()
+    assert run["cancel_requested_by"] == "ops-person" and run["cancel_requested_at"].endswith("Z")
+    assert run["error"] == "cancelled by ops-person"
+    assert api.get(f"/api/replays/{queued.pk}/cancel/").json()["cancellable"] is False
+
+    pages = logged_in("developer")
+    assert b"cancelled by ops-person" in pages.get(f"/replays/{queued.pk}/").content
+    assert b"cancelled by ops-person" in pages.get(f"/replays/{queued.pk}/", HTTP_HX_REQUEST="true",
+                                                   HTTP_HX_TARGET="progress").content
+    assert b"(cancelled by ops-person)" in pages.get("/replays/").content
+
+    failed = ReplayRun.objects.create(selector={"call": 1}, target={"kind": "configured"}, status="failed",
+                                      error="RuntimeError: boom")
+    assert api.get(f"/api/replays/{failed.pk}/").json()["cancel_requested_by"] is None
+    assert b"cancelled by" not in pages.get(f"/replays/{failed.pk}/").content

@@ -29,3 +29,36 @@ def test_replays_are_not_counted_in_the_backends_latency(backend_server, proxy, 
         replay_one(developer, server, call["id"], target=target)
 
     assert gpu_filter_latency(admin_client.get(server.url + "/metrics").text) == before
+
+
+def gpu_truncated(text: str) -> float:
+    found = re.search(r'extproxy_replies_truncated_total\{backend="gpu"\} (\S+)', text)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_replays_truncated_replies_are_not_counted_as_the_backends(
+    backend_server, proxy, write_config, admin_client, settings
+):
+    """A developer's build that answers a replay with a reply over EXTPROXY_MAX_REPLY_BYTES is
+    not the production backend's: extproxy_replies_truncated_total{backend} stays as it was.
+    The same reply to the scheduler's own call is counted (the test can see a count)."""
+    from tests.test_reply_bound import streamed
+
+    settings.EXTPROXY_MAX_REPLY_BYTES = 256 * 1024
+    backend = backend_server({"filter": pass_all})
+    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
+    post(server, "/extender/gpu/filter", fixture_bytes(NAMES))
+    [call] = recorded(server, admin_client)
+    before = gpu_truncated(admin_client.get(server.url + "/metrics").text)
+    huge = streamed(100_000)[0]  # about 1.5 MB of node names
+    build_under_test = backend_server({"filter": huge})
+    backend.httpd.behaviours["filter"] = huge
+    developer = user_client("developer")
+
+    for target in ({"kind": "configured"}, {"kind": "url", "url": build_under_test.url + "/scheduler"}):
+        run = replay_one(developer, server, call["id"], target=target)
+        assert run["changed"] == 1, run  # the replay met the huge reply (an error now: too large to judge)
+
+    assert gpu_truncated(admin_client.get(server.url + "/metrics").text) == before
+    assert post(server, "/extender/gpu/filter", fixture_bytes(NAMES)).status_code == 200
+    assert gpu_truncated(admin_client.get(server.url + "/metrics").text) == before + 1

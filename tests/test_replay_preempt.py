@@ -116,3 +116,32 @@ def test_victims_in_another_order_are_no_change(backend_server, proxy, write_con
 
     [item] = replay_one(user_client("developer"), server, call["id"])["items"]
     assert item["kinds"] == [], item["diff"]
+
+
+def test_an_unchanged_combined_preempt_of_two_backends_replays_unchanged(backend_server, proxy, write_config,
+                                                                       admin_client):
+    """The first backend keeps one node's victims, the second (full mode) gets only that node.
+    The recording judged the second backend's reply against the request it got; the replay
+    judged it by the chain's verdict, which also named the node the first had dropped: an
+    `added` change on a call where nothing changed."""
+    from tests.test_combined import backend, fixture_json
+    from tests.test_combined import post as post_combined
+
+    request = fixture_json("preempt-request.nodecache-false.json")
+    keep = sorted(request["NodeNameToVictims"])[0]
+
+    def keeps_the_first(handler, body: bytes) -> None:
+        meta = json.loads(body)["NodeNameToMetaVictims"]
+        handler.answer(200, json.dumps({"NodeNameToMetaVictims": {keep: meta[keep]}}).encode())
+
+    first, second = backend_server({"preempt": keeps_the_first}), backend_server({"preempt": keeps_every_victim})
+    server = proxy(write_config({"backends": [backend("a", first, preemptVerb="preempt", nodeCacheCapable=True),
+                                              backend("b", second, preemptVerb="preempt")]}))
+    assert post_combined(server, "preempt", json.dumps(request).encode()).status_code == 200
+    [call] = recorded(server, admin_client)
+    assert call["form"] == "combined" and call["outcome"] == "ok"
+
+    run = replay_one(user_client("developer"), server, call["id"])
+
+    assert (run["changed"], run["errors"], run["counts"]) == (0, 0, {}), run
+    assert len(json.loads(second.received[-1][1])["NodeNameToVictims"]) == 1  # the replay's chain as the call's

@@ -3,12 +3,14 @@ dashboard and command: a selection of no call, a malformed fixture file, odd for
 query flags."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from extproxy.models import AuditEvent, ReplayRun
 from tests.conftest import fixture_bytes, pass_all
 from tests.test_per_backend import config_for, post
-from tests.test_replay import NAMES, recorded, user_client
+from tests.test_replay import NAMES, recorded, user_client, wait_for
 from tests.test_replay_command import replay
 from tests.test_replay_pages import logged_in
 
@@ -31,6 +33,8 @@ def test_a_selection_of_no_call_is_refused_not_reported_as_unchanged(one_filter)
     gone = developer.post(server.url + "/api/replays/", json={"call": missing, "wait": True})
     assert gone.status_code == 404 and f"no recorded call {missing}" in gone.text
     none = developer.post(server.url + "/api/replays/", json={"calls": [missing, missing + 1]})
+    assert none.status_code == 404 and none.json()["missing"] == [missing, missing + 1], none.text
+    none = developer.post(server.url + "/api/replays/", json={"calls": [missing], "allow_missing": True})
     assert none.status_code == 400 and "matches no recorded call" in none.json()["calls"]
     empty = developer.post(server.url + "/api/replays/", json={"filters": {"namespace": "nowhere"}})
     assert empty.status_code == 400 and "filters" in empty.json()
@@ -39,10 +43,54 @@ def test_a_selection_of_no_call_is_refused_not_reported_as_unchanged(one_filter)
     assert page.status_code == 400 and f"no recorded call {missing}" in page.content.decode()
 
     code, out, err = replay("--config", path, "--call", str(missing), "--no-record")
+    assert code == 2 and f"name no recorded call (pruned or mistyped): {missing}" in err, out + err
+    code, out, err = replay("--config", path, "--call", str(missing), "--no-record", "--allow-missing")
     assert code == 2 and "no call was replayed" in err, out + err
     code, _, err = replay("--config", path, "--call", str(missing))
     assert code == 2, err
     assert replay("--config", path, "--call", str(call["id"]), "--no-record")[0] == 0  # still fine when found
+
+
+def test_calls_naming_missing_ids_are_refused_naming_them_unless_allowed(backend_server, proxy, write_config,
+                                                                         admin_client):
+    """Some of the ids of `calls` (API) or `--call` (command) name no recorded call: the run of
+    the others would let a CI gate pass on fewer calls than it named. A 404 (exit 2) naming the
+    missing ids, at most 20 of them; asked to allow them, the others run and the answer names them."""
+    backend = backend_server({"filter": pass_all})
+    path = write_config(config_for(backend.url, nodeCacheCapable=True))
+    server = proxy(path)
+    for _ in range(2):
+        post(server, "/extender/gpu/filter", fixture_bytes(NAMES))
+    there = sorted(c["id"] for c in recorded(server, admin_client))
+    gone = [there[-1] + 1000 + n for n in range(25)]
+    developer = user_client("developer")
+
+    refused = developer.post(server.url + "/api/replays/", json={"calls": there + gone})
+    assert refused.status_code == 404, refused.text
+    body = refused.json()
+    assert body["missing"] == gone[:20] and body["missing_count"] == 25
+    assert f"25 of the 27 call ids name no recorded call (pruned or mistyped): {gone[0]}," in body["calls"]
+    assert "and 5 more" in body["calls"] and "allow_missing" in body["calls"]
+    assert ReplayRun.objects.count() == 0
+    odd = developer.post(server.url + "/api/replays/", json={"calls": there, "allow_missing": "yes"})
+    assert odd.status_code == 400 and "allow_missing" in odd.json()
+
+    allowed = developer.post(server.url + "/api/replays/", json={"calls": there + gone[:3], "allow_missing": True})
+    assert allowed.status_code == 201, allowed.text
+    assert allowed.json()["missing"] == gone[:3] and allowed.json()["missing_count"] == 3
+    run = wait_for(developer, server, allowed.json()["id"])
+    assert (run["status"], run["total"], run["done"]) == ("done", 2, 2)
+    event = AuditEvent.objects.filter(action="replay").latest("id")
+    assert event.detail["missing_count"] == 3
+
+    ids = [arg for i in there + gone[:2] for arg in ("--call", str(i))]
+    code, out, err = replay("--config", path, *ids, "--no-record")
+    assert code == 2 and f"2 of the 4 call ids name no recorded call (pruned or mistyped): {gone[0]}, {gone[1]}" in err, out + err
+    code, out, err = replay("--config", path, *ids, "--no-record", "--allow-missing", "--json")
+    summary = json.loads(out)
+    assert code == 0 and summary["replayed"] == 2 and summary["missing_calls"] == gone[:2], out + err
+    assert f"{gone[0]}, {gone[1]}; replaying the others" in err
+    assert replay("--config", path, *[a for i in there for a in ("--call", str(i))], "--no-record")[0] == 0
 
 
 def test_a_malformed_single_document_fixture_file_exits_2_with_the_reason(tmp_path):
@@ -128,3 +176,18 @@ def test_policy_rules_with_aliases_or_past_the_bound_are_refused(one_filter):
 
     started = pages.post("/replays/", {"call": call["id"], "target_kind": "policy", "rules": rules})
     assert started.status_code == 302 and ReplayRun.objects.get().target["rules"]["rules"][0]["kind"] == "requiredLabels"
+
+
+def test_the_commands_rules_file_refuses_aliases_as_the_dashboard_does(one_filter, tmp_path):
+    """One loader for policy rules given as text: a small --rules file of nested aliases would
+    expand to gigabytes (9^levels items) as the target is checked and stored."""
+    _, path, call = one_filter
+    bomb, plain = tmp_path / "bomb.yaml", tmp_path / "rules.yaml"
+    bomb.write_text(_bomb(5))
+    plain.write_text("rules: [{kind: requiredLabels, selector: example.com/gpu.product}]\n")
+
+    code, out, err = replay("--config", path, "--call", str(call["id"]), "--rules", str(bomb), "--no-record")
+    assert code == 2 and "--rules: not YAML or JSON: aliases (*name) are not allowed" in err, out + err
+    code, out, err = replay("--config", path, "--call", str(call["id"]), "--rules", str(plain), "--no-record",
+                            "--node-cache-capable", "true")
+    assert code in (0, 1) and "replayed" in out, out + err  # the same rules without aliases are taken

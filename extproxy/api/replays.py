@@ -4,12 +4,15 @@ developer role): a replay sends recorded requests to backends and any URL given.
     POST /api/replays/      {"call": id} | {"calls": [ids]} | {"pod": "ns/name"} | {"filters": {...}},
                             "target": {...} (replay/targets.py), "allow_bind": false, "rate": 20,
                             "wait": false (one call only: answer when done); a missing call is
-                            a 404, a selection matching no call a 400
+                            a 404, a selection matching no call a 400; `calls` naming ids that
+                            are not recorded calls a 404 naming them ("missing", at most 20),
+                            unless "allow_missing": true (the others run; the answer names them)
     GET  /api/replays/      runs, newest first
     GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=)
     GET  /api/replays/<id>/items/<item>/   one item with its whole diff
     POST /api/replays/<id>/cancel/   stop a queued or running run (between calls; audited);
-                            409 when it has ended. GET: whether it can still be cancelled
+                            409 when it has ended. GET: whether it can still be cancelled.
+                            A run shows the ask in cancel_requested_by/_at (and in words in error)
     GET  /api/shadows/      the shadow backends' live diff against their primaries (any role)
 """
 from __future__ import annotations
@@ -26,7 +29,7 @@ from rest_framework.response import Response
 from ..audit import Action, audit
 from ..engine import get_engine
 from ..models import ReplayItem, ReplayRun
-from ..replay.runner import MAX_CALLS_PER_RUN, item_diff, run_replay, select_calls
+from ..replay.runner import MAX_CALLS_PER_RUN, item_diff, missing_calls, missing_words, run_replay, select_calls
 from ..replay.cancel import request_cancel
 from ..replay.targets import TargetError, check
 from ..replay.worker import beating, get_worker
@@ -39,6 +42,7 @@ DEFAULT_RATE = 20.0
 MAX_RUN_SECONDS = 6 * 3600  # the longest a run may take at the rate it asks for
 MAX_TARGET_BYTES = 64 * 1024  # a target (policy rules included) as stored and audited
 ITEMS_PAGE = 200
+MISSING_SHOWN = 20  # missing call ids named in an answer
 FALSE = ("", "0", "false", "no", "off")
 FILTER_KEYS = {"pod", "namespace", "pod_uid", "verb", "backend", "outcome", "attempt", "since", "until"}
 
@@ -50,7 +54,7 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
     return {
         "id": run.pk,
         "status": run.status,
-        "created_at": run.created_at.isoformat().replace("+00:00", "Z"),
+        "created_at": _iso(run.created_at),
         "created_by": run.created_by.username if run.created_by else None,
         "selector": run.selector,
         "target": run.shown_target,
@@ -63,10 +67,16 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
         "skipped": run.skipped,
         "redacted": run.redacted,
         "counts": run.counts,
-        "error": run.error,
+        "error": run.error or run.cancel_note,  # a cancel in words too, for clients that read only this
+        "cancel_requested_by": run.cancel_requested_by or None,
+        "cancel_requested_at": _iso(run.cancel_requested_at),
         "url": f"/api/replays/{run.pk}/",
         "page": f"/replays/{run.pk}/",
     }
+
+
+def _iso(moment) -> str | None:
+    return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
 def item_to_json(item: ReplayItem, with_diff: bool = False) -> dict[str, Any]:
@@ -121,6 +131,31 @@ def _not_empty(selector: dict[str, Any]) -> None:
     raise ValidationError({key: "matches no recorded call"})
 
 
+def _missing(selector: dict[str, Any], data: dict[str, Any]) -> list[int]:
+    """The ids of a `calls` selector that name no recorded call: a 404 naming them (the run of
+    the others would let a CI gate pass on fewer calls than it asked), unless the request says
+    "allow_missing": true; then the ids, for the answer to name."""
+    allow = data.get("allow_missing", False)
+    if not isinstance(allow, bool):
+        raise ValidationError({"allow_missing": "true or false"})
+    if "calls" not in selector:
+        return []
+    missing = missing_calls(selector["calls"])
+    if missing and not allow:
+        raise MissingCalls(missing, len(set(selector["calls"])))
+    return missing
+
+
+class MissingCalls(NotFound):
+    """A 404 naming the ids of `calls` that name no recorded call; `body` keeps them numbers
+    (DRF makes every value of an exception's detail a string)."""
+
+    def __init__(self, missing: list[int], asked: int) -> None:
+        words = missing_words(missing, asked, MISSING_SHOWN) + '; "allow_missing": true replays the others'
+        super().__init__({"calls": words})
+        self.body = {"calls": words, "missing": missing[:MISSING_SHOWN], "missing_count": len(missing)}
+
+
 def _is_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID
 
@@ -142,10 +177,16 @@ def replays(request):
         runs = ReplayRun.objects.select_related("created_by")[:100]
         return Response({"results": [run_to_json(r) for r in runs]})
     data = request.data if isinstance(request.data, dict) else {}
-    run, status = start(data, request.user, request)
+    try:
+        run, status = start(data, request.user, request)
+    except MissingCalls as exc:
+        return Response(exc.body, status=404)
     if status == 429:
         return Response({"detail": run.error, "run": run_to_json(run)}, status=429)
     body = run_to_json(run)
+    missing = getattr(run, "missing", [])
+    if missing:  # allowed: the answer still says which ids were not replayed
+        body["missing"], body["missing_count"] = missing[:MISSING_SHOWN], len(missing)
     if run.status == "done" and data.get("wait"):
         body["items"] = [item_to_json(i, with_diff=True) for i in run.items.all()]
     return Response(body, status=201)
@@ -169,6 +210,7 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
     if wait and "call" not in selector:
         raise ValidationError({"wait": "only for one call; a batch runs in the background"})
     rate = _rate(data)
+    missing = _missing(selector, data)
     _not_empty(selector)
     # A run holds the process's only worker: a rate that would hold it for days is refused.
     calls = min(select_calls(selector).count(), MAX_CALLS_PER_RUN)
@@ -178,8 +220,11 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
     run = ReplayRun.objects.create(
         created_by=user, selector=selector, target=target, allow_bind=bool(data.get("allow_bind")), rate=rate,
     )
-    audit(request, Action.REPLAY, target=f"replay {run.pk}", user=user,
-          detail={"selector": selector, "target": run.shown_target, "allow_bind": run.allow_bind})
+    detail = {"selector": selector, "target": run.shown_target, "allow_bind": run.allow_bind}
+    if missing:
+        detail["missing_count"] = len(missing)
+    audit(request, Action.REPLAY, target=f"replay {run.pk}", user=user, detail=detail)
+    run.missing = missing  # not stored: named in the answer to this request
     if wait:
         with beating(run.pk):  # a live watcher would take it for a dead process's run
             run_replay(run)

@@ -56,6 +56,9 @@ class Exchange:
 class Backend(abc.ABC):
     def __init__(self, config: BackendConfig) -> None:
         self.config = config
+        # Whether its calls count in /metrics: a replay's engine (Engine(observes_backends=False))
+        # calls a developer's build under the replaced backend's name, not production traffic.
+        self.observed = True
 
     @property
     def name(self) -> str:

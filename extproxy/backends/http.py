@@ -198,7 +198,8 @@ class HTTPBackend(Backend):
             expiry.cancel()
         if reply.over_limit:
             limit = self.max_reply_bytes
-            metrics.REPLIES_TRUNCATED.labels(self.name).inc()
+            if self.observed:  # not a replay's (Backend.observed)
+                metrics.REPLIES_TRUNCATED.labels(self.name).inc()
             return Exchange(
                 started, now(), None, reply.first, reply.content_type,
                 error=f"reply larger than {limit} bytes (EXTPROXY_MAX_REPLY_BYTES)",
@@ -250,7 +251,8 @@ class HTTPBackend(Backend):
                 exchange.findings.append(
                     truncated_finding(total, limit, "" if complete else "the reply broke off before its end")
                 )
-                metrics.REPLIES_TRUNCATED.labels(self.name).inc()
+                if self.observed:  # not a replay's (Backend.observed)
+                    metrics.REPLIES_TRUNCATED.labels(self.name).inc()
 
     async def close(self) -> None:
         current = asyncio.get_running_loop()

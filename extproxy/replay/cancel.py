@@ -1,10 +1,14 @@
 """Cancelling a replay run: asked through the API or the dashboard, honoured by whichever
 process carries the run out, between calls and during its wait for the rate.
 
-The request is written to the run's `error` ("cancelled by <who>"), not its status: the runner
-saves status and counts from memory as it goes, which would undo a status written meanwhile,
-and writes `error` only when the run ends. A queued run is failed at once (the worker passes
-over a run no longer queued).
+The ask is written to the run's own fields (`cancel_requested_by`, `cancel_requested_at`),
+which only the ask writes: the runner saves status, counts and its error from memory as it
+goes, and none of those saves touches them, so a cancel is never undone by one, and one asked
+after the last call stays on the finished run. A queued run is failed at once (the worker
+passes over a run no longer queued).
+
+Runs cancelled before these fields existed had the ask in `error` ("cancelled by <who>");
+migration 0012 moved those into the fields.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import time
 
 CANCELLED_BY = "cancelled by "
 CHECK_EVERY = 0.5  # seconds between looks at the database while a run goes on
+MAX_WHO = 150  # characters of who asked (a username's length)
 
 
 class Cancelled(Exception):
@@ -24,11 +29,12 @@ def request_cancel(run_id: int, who: str) -> bool:
 
     from ..models import ReplayRun
 
-    reason = f"{CANCELLED_BY}{who}"[:200]
-    runs = ReplayRun.objects.filter(pk=run_id)
-    if runs.filter(status="queued").update(status="failed", error=reason, finished_at=timezone.now()):
+    now = timezone.now()
+    asked = {"cancel_requested_by": who[:MAX_WHO], "cancel_requested_at": now}
+    runs = ReplayRun.objects.filter(pk=run_id, cancel_requested_at__isnull=True)
+    if runs.filter(status="queued").update(status="failed", finished_at=now, **asked):
         return True
-    return bool(runs.filter(status="running").exclude(error__startswith=CANCELLED_BY).update(error=reason))
+    return bool(runs.filter(status="running").update(**asked))
 
 
 def check_cancelled(run, wait: float = 0.0) -> None:
@@ -42,19 +48,12 @@ def check_cancelled(run, wait: float = 0.0) -> None:
         now = time.monotonic()
         if now - getattr(run, "_cancel_checked_at", 0.0) >= CHECK_EVERY:
             run._cancel_checked_at = now
-            error = ReplayRun.objects.filter(pk=run.pk).values_list("error", flat=True).first() or ""
-            if error.startswith(CANCELLED_BY):
-                raise Cancelled(error)
+            asked = ReplayRun.objects.filter(pk=run.pk).values_list("cancel_requested_by", "cancel_requested_at").first()
+            if asked and asked[1] is not None:
+                run.cancel_requested_by, run.cancel_requested_at = asked
+                raise Cancelled(f"{CANCELLED_BY}{asked[0]}")
         left = deadline - time.monotonic()
         if left <= 0:
             return
         time.sleep(min(left, CHECK_EVERY))
 
-
-def cancel_asked_meanwhile(run) -> str:
-    """The cancel asked of `run` since its last look, or "": its final save writes the error from
-    memory, which would otherwise erase a cancel the API had already answered and audited."""
-    from ..models import ReplayRun
-
-    error = ReplayRun.objects.filter(pk=run.pk).values_list("error", flat=True).first() or ""
-    return f"{error} (asked after the last call: the run had finished)" if error.startswith(CANCELLED_BY) else ""

@@ -38,7 +38,7 @@ from ..recording.bulk import make_storable
 from ..recording.rows import MAX_ERROR_TEXT, Undecodable
 from ..redaction import bounded_text
 from . import diff as diffs
-from .cancel import Cancelled, cancel_asked_meanwhile, check_cancelled
+from .cancel import Cancelled, check_cancelled
 from .modes import in_mode
 from .targets import CaptureRecorder, TargetError, base_backend, replacing
 
@@ -203,7 +203,7 @@ class Replayer:
                         pass  # the trace has how the reply broke off (or timed out): judged below
             if not capture.traces:
                 return Result("error", original, error="the replay left no trace to judge")
-            trace = capture.take()
+            trace = as_spooled(capture.take())
             call, children = build_call(trace, self.redaction, self.attempts, self.nodes)
         except TargetError as exc:
             return Result("error", original, error=str(exc))
@@ -217,6 +217,18 @@ class Replayer:
         for engine in self._engines.values():
             self.loop.run_until_complete(engine.close())
         self.loop.close()
+
+
+def as_spooled(trace):
+    """The trace as the recorder gets it from the spool: without the verdicts the combined form's
+    chain already made (Trace.verdict is not spooled; the recorder judges each backend's reply
+    against the request that backend got). A chain's preempt verdict also names the nodes an
+    earlier backend dropped, so judging by it showed every unchanged combined preempt of two
+    backends as a change (`added`)."""
+    trace.verdict = None
+    for child in trace.backend_calls:
+        as_spooled(child)
+    return trace
 
 
 async def _drain(stream) -> None:
@@ -241,6 +253,22 @@ def select_calls(selector: dict[str, Any]):
     if "pod" in selector:
         filters["pod"] = selector["pod"]
     return filter_calls(calls, filters)
+
+
+def missing_calls(ids: list[int]) -> list[int]:
+    """The ids of a `calls` selector that name no recorded call (pruned, mistyped, or a replay's
+    own), sorted: a run of the others would pass a gate on fewer calls than it was asked."""
+    from ..models import Call
+
+    wanted = set(list(ids)[:MAX_CALLS_PER_RUN])
+    found = set(Call.objects.filter(is_replay=False, pk__in=list(wanted)).values_list("pk", flat=True))
+    return sorted(wanted - found)
+
+
+def missing_words(missing: list[int], asked: int, shown: int = 20) -> str:
+    """The missing ids in words, at most `shown` of them named."""
+    named = ", ".join(str(i) for i in missing[:shown]) + (f" and {len(missing) - shown} more" if len(missing) > shown else "")
+    return f"{len(missing)} of the {asked} call ids name no recorded call (pruned or mistyped): {named}"
 
 
 def store(result: Result, run, nodes: NodeDeduper) -> Any:
@@ -345,8 +373,8 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
                 on_result(result)
             progress.save()
         run.status = "done"
-    except Cancelled as exc:  # asked through the API or the dashboard; the items so far stay
-        run.status, run.error = "failed", str(exc)
+    except Cancelled:  # asked through the API or the dashboard (the run's cancel fields); the items so far stay
+        run.status = "failed"
     except Exception as exc:  # the run ends, its progress so far stays; the process goes on
         log.exception("replay run %s failed", run.pk)
         run.status = "failed"
@@ -354,9 +382,7 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
     finally:
         replayer.close()
         run.finished_at = timezone.now()
-        if not run.error:  # a cancel asked after the last call: the run is done, the ask kept
-            run.error = cancel_asked_meanwhile(run)
-        progress.save(force=True)
+        progress.save(force=True)  # a cancel asked after the last call stays in its own fields
 
 
 def item_diff(item) -> dict | None:

@@ -9,7 +9,9 @@ or by a policy (--policy NAME, --rules FILE).
 
 Progress goes to stderr, the summary table (or --json) to stdout. Exit status: 0 nothing
 changed, 1 decisions changed, 2 a call could not be replayed, no call was replayed (a gate
-that compared nothing has not passed) or the arguments are wrong.
+that compared nothing has not passed), a --call names no recorded call (pruned or mistyped; a
+gate must not pass on fewer calls than it named: --allow-missing replays the others, and the
+summary names the missing ones) or the arguments are wrong.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from extproxy.audit import Action, audit
 from extproxy.replay.diff import redaction_note
-from extproxy.replay.runner import Original, Replayer, Result, run_replay, select_calls
-from extproxy.replay.targets import TargetError, check
+from extproxy.replay.runner import Original, Replayer, Result, missing_calls, missing_words, run_replay, select_calls
+from extproxy.replay.targets import TargetError, check, load_rules
 from extproxy.replay.worker import beating
 
 SHOW_CHANGED = 20
@@ -37,6 +39,7 @@ class Summary:
         self.counts: Counter = Counter()
         self.changed_calls: list[dict[str, Any]] = []
         self.error_calls: list[dict[str, Any]] = []
+        self.missing: list[int] = []  # --call ids that name no recorded call (--allow-missing)
 
     def add(self, result: Result) -> None:
         self.total += 1
@@ -67,7 +70,8 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         return {"total": self.total, "replayed": self.replayed, "changed": self.changed, "errors": self.errors,
                 "skipped": self.skipped, "redacted": self.redacted, "counts": dict(sorted(self.counts.items())),
-                "changed_calls": self.changed_calls, "error_calls": self.error_calls, "exit_status": self.status}
+                "changed_calls": self.changed_calls, "error_calls": self.error_calls, "exit_status": self.status,
+                "missing": len(self.missing), "missing_calls": self.missing[:SHOW_CHANGED]}
 
 
 def read_fixtures(path: str) -> Iterator[dict[str, Any]]:
@@ -121,6 +125,8 @@ class Command(BaseCommand):
         target.add_argument("--weight", type=int)
         target.add_argument("--http-timeout", help="a Go duration, e.g. 5s")
         parser.add_argument("--allow-bind", action="store_true", help="replay binds too (they bind pods)")
+        parser.add_argument("--allow-missing", action="store_true",
+                            help="replay the --call ids that exist when some name no recorded call (else exit 2)")
         parser.add_argument("--rate", type=float, default=0.0, help="calls per second at most (0: no limit)")
         parser.add_argument("--no-record", action="store_true", help="do not store the replays (database source)")
         parser.add_argument("--json", action="store_true", help="the summary as JSON")
@@ -159,11 +165,9 @@ class Command(BaseCommand):
         elif options["policy"]:
             target = {"kind": "policy", "policy": options["policy"]}
         elif options["rules"]:
-            import yaml
-
-            try:
-                target = {"kind": "policy", "rules": yaml.safe_load(Path(options["rules"]).read_text())}
-            except (OSError, yaml.YAMLError) as exc:
+            try:  # the dashboard's loader: aliases refused (a small file could expand to gigabytes)
+                target = {"kind": "policy", "rules": load_rules(Path(options["rules"]).read_text())}
+            except (OSError, TargetError) as exc:
                 raise CommandError(f"--rules: {exc}", returncode=2) from None
         fields = {"filter_verb": "filterVerb", "prioritize_verb": "prioritizeVerb", "preempt_verb": "preemptVerb",
                   "bind_verb": "bindVerb", "weight": "weight", "http_timeout": "httpTimeout", "replaces": "replaces"}
@@ -184,6 +188,13 @@ class Command(BaseCommand):
         from extproxy.models import ReplayRun
 
         selector = self.selector(options)
+        if "calls" in selector:
+            summary.missing = missing_calls(selector["calls"])
+            if summary.missing:
+                words = missing_words(summary.missing, len(set(selector["calls"])), SHOW_CHANGED)
+                if not options["allow_missing"]:
+                    raise CommandError(f"--call: {words}; --allow-missing replays the others", returncode=2)
+                self.stderr.write(f"--call: {words}; replaying the others (--allow-missing)")
         try:
             total = select_calls(selector).count()
         except ValidationError as exc:
@@ -210,7 +221,7 @@ class Command(BaseCommand):
             with beating(run.pk):  # the server's watcher takes a run without a heartbeat for a dead one
                 run_replay(run, config=config, on_result=on_result)
             if run.status == "failed":
-                raise CommandError(f"replay run {run.pk} failed: {run.error}", returncode=2)
+                raise CommandError(f"replay run {run.pk} failed: {run.error or run.cancel_note}", returncode=2)
             self.stderr.write(f"recorded as replay run {run.pk}")
         bar.done()
 
@@ -239,6 +250,8 @@ class Command(BaseCommand):
                 ("errors", summary.errors), ("skipped (bind)", summary.skipped)]
         if summary.redacted:
             rows.append(("request redacted", summary.redacted))
+        if summary.missing:
+            rows.append(("missing (not replayed)", len(summary.missing)))
         rows += [(f"  {kind}", count) for kind, count in sorted(summary.counts.items())]
         width = max(len(name) for name, _ in rows)
         self.stdout.write(f"{'':{width}}  calls")
