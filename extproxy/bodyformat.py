@@ -304,11 +304,15 @@ def _plain(key: Any) -> bool:
     return isinstance(key, str) and key.replace("_", "a").isalnum()
 
 
+# The text fields whose own keys are node names (not read as names of secrets).
+NODE_KEYED_FIELDS = ("FailedNodes", "FailedAndUnresolvableNodes")
+
+
 def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool],
-             redact_texts: Callable[[Any], Any], text_needs: Callable[[bytes], bool]) -> Redactor:
+             redact_texts: Callable[[Any, bool], Any], text_needs: Callable[[bytes], bool]) -> Redactor:
     """A Redactor from an in-place Pod redaction and a text field's redaction (its decoded
-    value in, the value to keep out), each with its cheap byte test (victims: each Pod). Every
-    field but the OBJECT_FIELDS is a text field."""
+    value and whether its keys are node names in, the value to keep out), each with its cheap
+    byte test (victims: each Pod). Every field but the OBJECT_FIELDS is a text field."""
 
     def redact(name: str, value: bytes) -> tuple[bytes, list[str]] | None:
         text = name not in OBJECT_FIELDS
@@ -317,7 +321,7 @@ def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool]
         original = msgspec.json.decode(value)
         changed = msgspec.json.decode(value)  # a second decode: several times cheaper than deepcopy
         if text:
-            changed = redact_texts(changed)
+            changed = redact_texts(changed, name in NODE_KEYED_FIELDS)
         else:
             for pod in _victim_pods(changed) if name == "NodeNameToVictims" else [changed]:
                 redact_object(pod)
