@@ -16,7 +16,10 @@ What is redacted is set by `RedactionConfig`:
 - free text (`redact_text`: error texts, including a backend's non-200 body; a backend's
   FailedNodes reasons and Error; the scheduler's event notes): `name=value`,
   `"name": "value"`, env entries written as JSON, `Bearer`/`Token`/`Basic` credentials, and
-  passwords in URLs;
+  a URL's userinfo secret (its password, or a user name standing alone: `_userinfo`); in a
+  reply's structured fields (`redact_free_text`) also the values under keys that name secrets;
+- a call's other texts (`Echoes`): the exact values removed from its request, where they are
+  repeated (a backend echoing a password in a form no pattern knows);
 - bytes that cannot be read as JSON (`redact_raw`: a raw record's bodies, a backend's text
   reply, a reply cut short): the free-text rules, and by pattern what the rules above find in a
   decoded Pod: the values of listed annotation and label keys, every `"value"` string with
