@@ -304,8 +304,13 @@ def _plain(key: Any) -> bool:
     return isinstance(key, str) and key.replace("_", "a").isalnum()
 
 
-# The text fields whose own keys are node names (not read as names of secrets).
-NODE_KEYED_FIELDS = ("FailedNodes", "FailedAndUnresolvableNodes")
+# The fields whose own keys are node names (not read as names of secrets: a node named
+# `tokenserver01` keeps its reason, its victims).
+NODE_KEYED_FIELDS = ("FailedNodes", "FailedAndUnresolvableNodes", "NodeNameToMetaVictims")
+
+
+def is_node_keyed(name: str) -> bool:
+    return any(go_key((name,), field) for field in NODE_KEYED_FIELDS)
 
 
 def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool],
@@ -321,7 +326,7 @@ def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool]
         original = msgspec.json.decode(value)
         changed = msgspec.json.decode(value)  # a second decode: several times cheaper than deepcopy
         if text:
-            changed = redact_texts(changed, name in NODE_KEYED_FIELDS)
+            changed = redact_texts(changed, is_node_keyed(name))
         else:
             for pod in _victim_pods(changed) if name == "NodeNameToVictims" else [changed]:
                 redact_object(pod)

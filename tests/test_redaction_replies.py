@@ -178,3 +178,12 @@ def test_manage_redact_applies_the_key_rule_to_replies_stored_before_it():
     assert json.loads(kept.body)["FailedNodes"] == {"tokenserver01": "no room"}
     assert bodies.body(new) is None
     assert zlib.decompress(new)[:1] == bodyformat.SPLICED_MARK
+
+
+def test_meta_victims_keys_are_node_names_too():
+    """A preempt's NodeNameToMetaVictims (request and reply) is keyed by node name: a node named
+    like a secret keeps its victims, in any spelling Go reads."""
+    victims = {"tokenserver01": {"Pods": [{"UID": "uid-1"}], "NumPDBViolations": 1}}
+    for key in ("NodeNameToMetaVictims", "nodeNameToMetaVictims"):
+        kept, _ = _stored_reply_of({key: victims})
+        assert kept[key] == victims
