@@ -241,9 +241,11 @@ def bounded_text(text: str, rules: RedactionConfig, limit: int, margin: int | No
     default twice the limit) are redacted: the patterns cost 0.1-0.5 s of CPU a MiB and a
     backend's text has no bound of its own, and past the cut a secret across it is still
     recognised. `echoes`: values removed from the call's request, removed here too."""
-    kept = text[: limit + (limit if margin is None else margin)]
-    if echoes is not None:
-        kept = echoes.text(kept)
+    window = limit + (limit if margin is None else margin)
+    if echoes is None:
+        kept = text[:window]
+    else:  # a value that the window's end cuts through is found whole, then cut
+        kept = echoes.text(text[: window + echoes.longest])[:window]
     return redact_text(kept, rules)[:limit]
 
 
@@ -565,8 +567,9 @@ ECHO_MIN_CHARS = 6
 # Values kept at most, longest first (the rest are not looked for): the search over a call's
 # texts is one expression of them all.
 ECHO_MAX_VALUES = 256
-# Characters of a value looked for at most: a longer one (a certificate) is looked for line by line.
-ECHO_MAX_CHARS = 4096
+# Characters of a value looked for at most (a call's error text is kept to as many): a longer one
+# (a certificate) is looked for by its head, and line by line.
+ECHO_MAX_CHARS = 16384
 ECHO_MARK = " redacted: repeats a value redacted from the request"
 _FEW_FORMS = 24  # forms of the values looked for one by one (more: one expression)
 _SCHEME_VALUE = re.compile(r"(?:Bearer|Token|Basic)\s+(\S+)$", re.IGNORECASE)
@@ -604,6 +607,7 @@ class Echoes:
     def __init__(self, values: tuple[str, ...]) -> None:
         self.values = values
         texts = sorted({form for value in values for form in _escaped(value)}, key=len, reverse=True)
+        self.longest = max(map(len, texts), default=0)
         # In a JSON body a text is written escaped once more (a JSON fragment inside a reason).
         raw = sorted({form.encode("utf-8", "surrogatepass") for text in texts for form in _escaped(text)},
                      key=len, reverse=True)
@@ -679,6 +683,6 @@ def _looked_for(removed: tuple[str, ...]) -> tuple[str, ...]:
             if len(candidate) >= ECHO_MIN_CHARS and REDACTED not in candidate and candidate not in REDACTED:
                 if len(candidate) <= ECHO_MAX_CHARS:
                     found.add(candidate)
-                elif "\n" not in candidate:
-                    found.add(candidate[:ECHO_MAX_CHARS])  # its head at least
+                else:
+                    found.add(candidate[:ECHO_MAX_CHARS])  # its head at least (its lines too)
     return tuple(sorted(found, key=lambda value: (-len(value), value)))

@@ -289,3 +289,16 @@ def test_it_works_end_to_end_on_the_api_and_in_the_stored_reply(backend_server, 
     stored = restore(bytes(Call.objects.get().response_body), lambda shas: {})
     assert SECRET.encode() not in stored.body
     assert SECRET.encode() not in zlib.decompress(bytes(Call.objects.get().decisions_blob))
+
+
+def test_a_long_value_across_the_cut_of_a_reason_is_not_kept_in_part():
+    """A reason is redacted over twice its kept length, then cut: a long value that starts
+    inside the kept part and ends past that window is still found whole."""
+    from extproxy.recording.rows import MAX_REASON_TEXT
+
+    long_value = "k3y" + "A" * 2997
+    request = pod_request(env={"TLS_KEY": long_value})
+    reason = "x" * (MAX_REASON_TEXT - 500) + long_value
+    [rec] = record(trace(request, filter_reply(request, {"node-01": reason})))
+
+    assert rec.reasons()["node-01"] == ("x" * (MAX_REASON_TEXT - 500) + REDACTED)
