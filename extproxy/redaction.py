@@ -78,6 +78,10 @@ _CREDENTIAL = re.compile(r"\b((?:Bearer|Token|Basic)\s+|extproxy\.token\.)(?P<v>
 _URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.\-]*://)([^\s:/@]{0,256})(?::([^\s/@]*))?@", re.IGNORECASE)
 # Passwords that say the user is the token (`https://TOKEN:x-oauth-basic@github.com`).
 _TOKEN_USER_PASSWORDS = ("x-oauth-basic",)
+# The schemes whose user name alone is read as a token: a web URL's (a backend's, a replay
+# target's, git's over HTTPS). A database's or ssh's user alone names an account
+# (`postgresql://postgres@db/`, `ssh://git@host/`), and is kept.
+_TOKEN_USER_SCHEMES = ("http", "https", "ws", "wss")
 
 
 # --- what redaction removed ------------------------------------------------------------------
@@ -191,25 +195,26 @@ def redact_text(text: str, rules: RedactionConfig) -> str:
     return text
 
 
-def _userinfo(user: str, password: str | None) -> str | None:
+def _userinfo(scheme: str, user: str, password: str | None) -> str | None:
     """A URL's userinfo as shown (without its "@"), or None when it shows no secret.
 
     The rule: a password is replaced and its user kept (`user:[redacted]`: Basic auth, the user
-    names the account); a user without a password, or beside an empty one or one that says the
-    user is the token (`x-oauth-basic`), is itself the secret and is replaced (`[redacted]`)."""
+    names the account); in a web URL (_TOKEN_USER_SCHEMES), a user without a password, or
+    beside an empty one or one that says the user is the token (`x-oauth-basic`), is itself the
+    secret and is replaced (`[redacted]`: `https://TOKEN@host/`, as git passes a token)."""
     if password is not None and password and password.lower() not in _TOKEN_USER_PASSWORDS:
         if password == REDACTED:
             return None
         _removed(password)
         return f"{user}:{REDACTED}"
-    if not user or user == REDACTED:
+    if not user or user == REDACTED or scheme.lower() not in _TOKEN_USER_SCHEMES:
         return None
     _removed(user)
     return REDACTED if password is None or not password else f"{REDACTED}:{password}"
 
 
 def _userinfo_redacted(m: re.Match[str]) -> str:
-    shown = _userinfo(m.group(2), m.group(3))
+    shown = _userinfo(m.group(1)[:-3], m.group(2), m.group(3))
     return m.group(0) if shown is None else f"{m.group(1)}{shown}@"
 
 
@@ -231,7 +236,7 @@ def url_without_password(url: str) -> str:
     if not at:
         return url
     user, colon, password = userinfo.partition(":")
-    shown = _userinfo(user, password if colon else None)
+    shown = _userinfo(parts.scheme, user, password if colon else None)
     return url if shown is None else urlunsplit(parts._replace(netloc=f"{shown}@{host}"))
 
 

@@ -73,10 +73,14 @@ def test_a_url_password_is_redacted_as_the_url_parser_reads_it(url, shown):
     ("http://tok:@host/", "http://[redacted]@host/"),  # beside an empty password
     ("https://TOK:x-oauth-basic@github.com/o", "https://[redacted]:x-oauth-basic@github.com/o"),  # says so
     ("http://@host/", "http://@host/"),  # nothing to hide
+    ("postgresql://postgres@db:5432/x", "postgresql://postgres@db:5432/x"),  # not a web URL: an account's name
+    ("ssh://git@host/repo", "ssh://git@host/repo"),
+    ("postgresql://app:pw123@db/x", "postgresql://app:[redacted]@db/x"),  # a password, in any scheme
 ])
 def test_a_user_name_without_a_password_is_redacted_whole(url, shown):
-    """The rule: the user is kept only beside a password (Basic auth, where it names the
-    account); alone, it is how a token is passed, and is replaced. Free text follows it too
+    """The rule: in a web URL the user is kept only beside a password (Basic auth, where it
+    names the account); alone, it is how a token is passed, and is replaced (a database's or
+    ssh's user alone names an account, and is kept). Free text follows it too
     (a stored error names a backend by its URL), and redacting again changes nothing."""
     from extproxy.config import RedactionConfig
     from extproxy.models import shown_target
