@@ -28,6 +28,7 @@ Function names here are stable: the recorder calls them. Works on decoded dicts 
 """
 from __future__ import annotations
 
+import json
 import re
 from contextvars import ContextVar
 from functools import lru_cache
@@ -600,10 +601,12 @@ def _candidates(value: str) -> Iterable[str]:
 
 
 def _escaped(text: str) -> tuple[str, ...]:
-    """`text` and the forms a JSON encoder writes it in (Go's also escapes <, > and &)."""
-    plain = msgspec.json.encode(text).decode("utf-8", "surrogatepass")[1:-1]
+    """`text` and the forms a JSON encoder writes it in: escaped (Go's also escapes <, > and &;
+    Python's by default every character past ASCII). Lone surrogates (bytes that were not UTF-8)
+    are kept as they are."""
+    plain = json.dumps(text, ensure_ascii=False)[1:-1]
     go = "".join(_GO_HTML.get(ch, ch) for ch in plain)
-    return tuple(dict.fromkeys((text, plain, go)))
+    return tuple(dict.fromkeys((text, plain, go, json.dumps(text)[1:-1])))
 
 
 class Echoes:

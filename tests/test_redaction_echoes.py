@@ -302,3 +302,14 @@ def test_a_long_value_across_the_cut_of_a_reason_is_not_kept_in_part():
     [rec] = record(trace(request, filter_reply(request, {"node-01": reason})))
 
     assert rec.reasons()["node-01"] == ("x" * (MAX_REASON_TEXT - 500) + REDACTED)
+
+
+def test_a_value_past_ascii_is_found_as_pythons_encoder_escapes_it_and_bytes_that_are_not_utf8_do_not_fail():
+    secret = "pässwörd-42"
+    request = pod_request(env={"DB_PASSWORD": secret})
+    response = json.dumps({"NodeNames": ["node-02"], "FailedNodes": {"node-01": f"with {secret}"}, "Error": ""}).encode()
+    assert secret.encode() not in response  # \u00e4 as Python's json writes it
+    [rec] = record(trace(request, response))
+    assert rec.reasons() == {"node-01": f"with {REDACTED}"}
+
+    assert echoes(["abc\udc80defgh"]).text("x abc\udc80defgh y") == f"x {REDACTED} y"
