@@ -10,7 +10,7 @@ is named in the stored `marks` (e.g. `Pod.spec.containers[0].env[1].value redact
 with the body; when they differ (duplicate keys and other oddities that defeat the search for
 a value's place) it returns None and the caller stores the body its older way.
 
-Pure: no Django, no I/O. It does not decide what is redacted (redaction.py) nor where Node
+Pure: no Django, no I/O. It does not decide what is redacted (the redaction package) nor where Node
 objects are kept (the recorder's NodeDeduper and the NodeObject table).
 """
 from __future__ import annotations

@@ -20,9 +20,10 @@ import msgspec
 from .. import bodyformat
 from ..config import RedactionConfig
 from ..protocol import LastObject, RecentBytes, go_key
-from ..redaction import (ECHO_MARK, RAW_MARK_TEXT, Echoes, collecting, needs_redaction, noted, redact_free_text,
-                         redact_object, redact_raw, text_needs_redaction)
+from ..redaction import (ECHO_MARK, RAW_MARK_TEXT, Echoes, collecting, echo_redactor, needs_redaction, noted,
+                         redact_free_text, redact_object, redact_raw, text_needs_redaction)
 from .bulk import storable_text
+from .caches import BytesBoundedLRU, RedactionCache  # noqa: F401 - RedactionCache: kept importable from here
 
 try:
     from isal.isal_zlib import compress as _compress
@@ -88,74 +89,6 @@ STORED_BODY_CACHE_BYTES = 16 << 20  # stored forms of whole bodies remembered (N
 STORED_BODY_MAX = 64 << 10  # a body larger than this is remembered by its bytes, among LARGE_BODIES
 LARGE_BODIES = 4  # the large bodies stored last, remembered (with their Node references) by their bytes,
 LARGE_BODY_BYTES = 64 << 20  # of this many bytes in all (so 16 MiB each at most, RecentBytes' quarter)
-
-
-class BytesBoundedLRU:
-    """Values by key, bounded by the bytes they are said to take (least recently used out
-    first); a single value larger than an eighth of the bound is not kept."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
-        self.bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def get(self, key: bytes) -> tuple[bool, Any]:
-        """(found, value)."""
-        known = self._items.get(key)
-        if known is None:
-            return False, None
-        self._items.move_to_end(key)
-        return True, known[0]
-
-    def put(self, key: bytes, value: Any, size: int) -> None:
-        if size > self.max_bytes // 8 or key in self._items:
-            return
-        self._items[key] = (value, size)
-        self.bytes += size
-        while self.bytes > self.max_bytes:
-            self.bytes -= self._items.popitem(last=False)[1][1]
-
-
-class RedactionCache:
-    """A bodyformat.Redactor that remembers its answers by (field, SHA-256 of the bytes).
-
-    The same Pod bytes arrive many times (filter, prioritize, bind, each backend, and again on
-    every retry while the Pod is Pending); redacting and diffing it is most of what recording
-    a names-mode call costs. Bounded by the bytes it keeps (BytesBoundedLRU).
-    """
-
-    def __init__(self, redact: bodyformat.Redactor, max_bytes: int) -> None:
-        self._redact = redact
-        self._answers = BytesBoundedLRU(max_bytes)
-        self.hits = self.misses = 0
-
-    @property
-    def kept_bytes(self) -> int:
-        return self._answers.bytes
-
-    def __call__(self, name: str, value: bytes) -> tuple[bytes, list[str]] | None:
-        key = name.encode() + b"\0" + hashlib.sha256(value).digest()
-        found, answer = self._answers.get(key)
-        if found:
-            self.hits += 1
-            if answer is None:
-                return None
-            noted(answer[2])  # what redacting it removed, for the call's echoes (redaction.Echoes)
-            return answer[0], list(answer[1])
-        self.misses += 1
-        with collecting() as removed:
-            answer = self._redact(name, value)
-        if answer is None:
-            self._answers.put(key, None, 128 + len(key))
-            return None
-        kept = tuple(dict.fromkeys(removed))
-        noted(kept)
-        size = 128 + len(key) + len(answer[0]) + sum(len(m) + 64 for m in answer[1]) + sum(len(v) + 64 for v in kept)
-        self._answers.put(key, (answer[0], list(answer[1]), kept), size)
-        return answer
 
 
 class NodeDeduper:
@@ -346,33 +279,6 @@ def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper, echoes
         return spliced
     # Unreadable where it must be redacted: raises, and the caller stores a raw record with why.
     return _compact_body(body, rules, nodes, redact, echoes)
-
-
-def echo_redactor(redact: bodyformat.Redactor, echoes: Echoes) -> bodyformat.Redactor:
-    """`redact`, and then each string of a free-text field with the request's removed values
-    removed where it repeats them (marked as such). Pods (OBJECT_FIELDS) as `redact` has them."""
-
-    def both(name: str, value: bytes) -> tuple[bytes, list[str]] | None:
-        answer = redact(name, value)
-        if name in bodyformat.OBJECT_FIELDS:
-            return answer
-        current = value if answer is None else answer[0]
-        if not echoes.in_bytes(current):
-            return answer
-        original = msgspec.json.decode(value)
-        kept = msgspec.json.decode(current)
-        scrubbed = echoes.strings(kept)
-        if scrubbed == kept:
-            return answer
-        marks = list(answer[1]) if answer is not None else []
-        echoed = [mark[: -len(" redacted")] + ECHO_MARK if mark.endswith(" redacted") else mark
-                  for mark in bodyformat.redaction_marks(kept, scrubbed)]
-        marks += [mark for mark in echoed if mark not in marks]
-        if answer is None and msgspec.json.encode(original) != value:
-            marks.append(" re-encoded after redaction: spacing and escapes may differ")
-        return msgspec.json.encode(scrubbed), marks
-
-    return both
 
 
 def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper,

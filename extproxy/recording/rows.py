@@ -75,16 +75,15 @@ def bounded_findings(findings: list[dict[str, Any]], rules: RedactionConfig,
 
 def _detail(text: str, rules: RedactionConfig, echo: Echoes | None = None) -> str:
     if echo is not None and echo.in_text(text[: 2 * MAX_FINDING_TEXT]):
-        return bounded_text(text, rules, MAX_FINDING_TEXT, echoes=echo)
+        return echo.bounded(text, rules, MAX_FINDING_TEXT)
     if not text_needs_redaction(text[: 2 * MAX_FINDING_TEXT].encode("utf-8", "surrogatepass"), rules):
         return text[:MAX_FINDING_TEXT]  # most details: one byte test, not five expressions
     return bounded_text(text, rules, MAX_FINDING_TEXT)
 
 
 def _error_text(text: str, rules: RedactionConfig, echo: Echoes | None) -> str:
-    """An error text as stored: redacted (a non-200 body can echo secrets; it is streamed live)
-    and cut to MAX_ERROR_TEXT."""
-    return bounded_text(text, rules, MAX_ERROR_TEXT, echoes=echo)
+    """Redacted (a non-200 body can echo secrets; it is streamed live) and cut to MAX_ERROR_TEXT."""
+    return bounded_text(text, rules, MAX_ERROR_TEXT) if echo is None else echo.bounded(text, rules, MAX_ERROR_TEXT)
 
 
 def read_request(trace: Trace, memory: NodeDeduper | None = None) -> dict[str, Any]:
@@ -188,8 +187,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
 
     stage = _Stage()
     try:
-        # The requests first (the combined form's parts too): what their redaction removed is
-        # removed from every text of the call that repeats it (redaction.Echoes).
+        # The requests first (each part's too): what redacting them removed is removed wherever the call repeats it.
         ident = read_request(trace, nodes)
         requests = []
         with collecting() as removed:
@@ -198,9 +196,8 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
                 c_ident = read_request(child, nodes)
                 requests.append((child, c_ident, _stored(child.request_body, rules, nodes)))
         echo = echoes(removed)
-        # The reasons come from the replies (or the errors of parts that gave none): when none
-        # repeats a value, neither do they, and what is remembered for the reply holds.
-        if echo is not None and (_echoed(echo, trace) or echo.in_text(ident.get("request_error", ""))):
+        # Its texts come from its replies and errors: when none repeats a value, what is remembered holds.
+        if echo is not None and (echo.in_call(trace) or echo.in_text(ident.get("request_error", ""))):
             echo = echo.apart_from(_shown_names(ident, requests))
         else:
             echo = None
@@ -219,7 +216,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
             children.append(kid)
         if verdict is None or decisions is not verdict.decisions:
             extras = None  # the call's decisions are not (only) the verdict's
-        if echo is not None and _echoed_reasons(decisions, echo):
+        if echo is not None and echo.in_reasons(decisions):
             decisions_blob = compress(msgspec.json.encode(stored_decisions(decisions, rules, echo)))
         else:
             decisions_blob = _remembered(extras, ("decisions", rules), nodes,
@@ -276,21 +273,8 @@ def _new(model: type, **values: Any) -> Any:
 
 def _shown_names(ident: dict[str, Any], requests: list[tuple[Trace, dict[str, Any], bytes]]) -> list[str]:
     """The names a call's record keeps in the clear: its Pod's and its nodes' (each part's)."""
-    names: list[str] = []
-    for each in [ident] + [c_ident for _, c_ident, _ in requests]:
-        names += [each["namespace"], each["name"], each["uid"], *each["nodes"]]
-    return names
-
-
-def _echoed(echo: Echoes, trace: Trace) -> bool:
-    """Whether the call's replies or errors (its parts' too) may repeat a value of `echo`."""
-    return any(echo.in_bytes(t.response_body) or echo.in_text(t.transport_error)
-               for t in [trace, *trace.backend_calls])
-
-
-def _echoed_reasons(decisions: list[Decision], echo: Echoes) -> bool:
-    reasons = {d.reason for d in decisions if d.reason}
-    return bool(reasons) and echo.in_text("\n".join(reasons))
+    idents = [ident] + [c_ident for _, c_ident, _ in requests]
+    return [name for each in idents for name in (each["namespace"], each["name"], each["uid"], *each["nodes"])]
 
 
 def stored_decisions(decisions: list[Decision], rules: RedactionConfig, echo: Echoes | None = None) -> list[Decision]:
@@ -307,7 +291,8 @@ def stored_decisions(decisions: list[Decision], rules: RedactionConfig, echo: Ec
     # each is cut shorter, so that a call's redaction stays within REASONS_REDACT_MAX characters
     # (or 512 a reason, with more than 2,048 distinct reasons).
     limit = min(MAX_REASON_TEXT, max(MIN_REASON_TEXT, REASONS_REDACT_MAX // (2 * len(reasons))))
-    kept = {reason: bounded_text(reason, rules, limit, echoes=echo) for reason in reasons}
+    kept = {reason: bounded_text(reason, rules, limit) if echo is None else echo.bounded(reason, rules, limit)
+            for reason in reasons}
     return [d if not d.reason or kept[d.reason] == d.reason else msgspec.structs.replace(d, reason=kept[d.reason])
             for d in decisions]
 
