@@ -6,8 +6,11 @@ away sends that group a `live.recheck` message: a logout (with the session it en
 deleted (with its key), a user saved (deactivated, superuser taken away) or deleted, a role or
 permission removed from a user or a group. The consumer closes when the message names its own
 session or token, else reads its user afresh and closes unless still active and allowed
-(4401 not logged in, 4403 no role). Nothing runs per message of the stream: the cost is one
-query per open socket of the user, at the change.
+(4401 not logged in, 4403 no role). A group or a permission deleted tells every user who held
+it: the rows that gave them access (memberships, a group's or user's permissions) are deleted
+with it, and deleting those rows sends no m2m signal, so they are read before they go
+(pre_delete). Nothing runs per message of the stream: the cost is one query per open socket of
+the user, at the change.
 """
 from __future__ import annotations
 
@@ -18,10 +21,10 @@ from typing import Any, Iterable
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
-from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +106,18 @@ def _group_permissions_changed(sender, instance, action, reverse, pk_set, **kwar
             tell(_users_of_groups(instance.group_set.values_list("pk", flat=True)))
 
 
+def _group_deleted(sender, instance, **kwargs) -> None:
+    # Its members: their memberships are deleted with it, without an m2m signal.
+    tell(instance.user_set.values_list("pk", flat=True))
+
+
+def _permission_deleted(sender, instance, **kwargs) -> None:
+    # Whoever held it, directly or through a group (a content type deleted takes its
+    # permissions with it: each is deleted with this signal too).
+    groups = instance.group_set.values_list("pk", flat=True)
+    tell([*instance.user_set.values_list("pk", flat=True), *_users_of_groups(groups)])
+
+
 def connect() -> None:
     """Connects the receivers (DashboardConfig.ready: the models are loaded by then)."""
     from rest_framework.authtoken.models import Token
@@ -115,3 +130,5 @@ def connect() -> None:
     m2m_changed.connect(_user_access_changed, sender=user.groups.through, dispatch_uid="live-user-groups")
     m2m_changed.connect(_user_access_changed, sender=user.user_permissions.through, dispatch_uid="live-user-perms")
     m2m_changed.connect(_group_permissions_changed, sender=Group.permissions.through, dispatch_uid="live-group-perms")
+    pre_delete.connect(_group_deleted, sender=Group, dispatch_uid="live-group-deleted")
+    pre_delete.connect(_permission_deleted, sender=Permission, dispatch_uid="live-permission-deleted")

@@ -10,7 +10,7 @@ is named in the stored `marks` (e.g. `Pod.spec.containers[0].env[1].value redact
 with the body; when they differ (duplicate keys and other oddities that defeat the search for
 a value's place) it returns None and the caller stores the body its older way.
 
-Pure: no Django, no I/O. It does not decide what is redacted (redaction.py) nor where Node
+Pure: no Django, no I/O. It does not decide what is redacted (the redaction package) nor where Node
 objects are kept (the recorder's NodeDeduper and the NodeObject table).
 """
 from __future__ import annotations
@@ -304,11 +304,20 @@ def _plain(key: Any) -> bool:
     return isinstance(key, str) and key.replace("_", "a").isalnum()
 
 
+# The fields whose own keys are node names (not read as names of secrets: a node named
+# `tokenserver01` keeps its reason, its victims).
+NODE_KEYED_FIELDS = ("FailedNodes", "FailedAndUnresolvableNodes", "NodeNameToMetaVictims")
+
+
+def is_node_keyed(name: str) -> bool:
+    return any(go_key((name,), field) for field in NODE_KEYED_FIELDS)
+
+
 def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool],
-             redact_texts: Callable[[Any], Any], text_needs: Callable[[bytes], bool]) -> Redactor:
+             redact_texts: Callable[[Any, bool], Any], text_needs: Callable[[bytes], bool]) -> Redactor:
     """A Redactor from an in-place Pod redaction and a text field's redaction (its decoded
-    value in, the value to keep out), each with its cheap byte test (victims: each Pod). Every
-    field but the OBJECT_FIELDS is a text field."""
+    value and whether its keys are node names in, the value to keep out), each with its cheap
+    byte test (victims: each Pod). Every field but the OBJECT_FIELDS is a text field."""
 
     def redact(name: str, value: bytes) -> tuple[bytes, list[str]] | None:
         text = name not in OBJECT_FIELDS
@@ -317,7 +326,7 @@ def redactor(redact_object: Callable[[Any], Any], needs: Callable[[bytes], bool]
         original = msgspec.json.decode(value)
         changed = msgspec.json.decode(value)  # a second decode: several times cheaper than deepcopy
         if text:
-            changed = redact_texts(changed)
+            changed = redact_texts(changed, is_node_keyed(name))
         else:
             for pod in _victim_pods(changed) if name == "NodeNameToVictims" else [changed]:
                 redact_object(pod)

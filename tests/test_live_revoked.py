@@ -141,3 +141,82 @@ def test_the_recheck_is_sent_once_the_change_is_committed_and_not_for_a_login(mo
     assert sent == [{user.pk}]
     assert Client().login(username="rechecked", password="pw")  # saves last_login: no recheck
     assert sent == [{user.pk}]
+
+
+def group_change(action):
+    @database_sync_to_async
+    def apply(role: str) -> None:
+        from django.contrib.auth.models import Group, Permission
+
+        from extproxy.roles import Perm
+
+        group = Group.objects.get(name=role)
+        view_calls = Permission.objects.get(codename=Perm.VIEW_CALLS.split(".", 1)[1])
+        if action == "group deleted":
+            group.delete()
+        elif action == "permission removed from the group":
+            group.permissions.remove(view_calls)
+        elif action == "group removed from the permission":
+            view_calls.group_set.remove(group)
+        elif action == "group's permissions set":
+            group.permissions.set(group.permissions.exclude(pk=view_calls.pk))
+        elif action == "permission deleted":
+            view_calls.delete()
+
+    return apply
+
+
+@pytest.mark.parametrize("action", ["group deleted", "permission removed from the group",
+                                    "group removed from the permission", "group's permissions set",
+                                    "permission deleted"])
+async def test_a_socket_is_closed_when_its_users_group_or_its_permission_goes(action):
+    """Deleting a group (its memberships go with it, without an m2m signal) or a permission, or
+    taking a permission from a group: every member's socket rechecks; another role's stays open."""
+    from django.contrib.auth.models import Group, User
+
+    client, session, token = await viewer()
+    _, other_session, _ = await viewer("w")
+
+    @database_sync_to_async
+    def other_role() -> None:
+        user = User.objects.get(username="w")
+        user.groups.set([Group.objects.get(name="developer")])
+
+    await other_role()
+    by_session, by_token = await open_socket(session=session), await open_socket(token=token)
+    other = await open_socket(session=other_session)
+
+    await group_change(action)("viewer")
+
+    assert await closed_with(by_session) == 4403
+    assert await closed_with(by_token) == 4403
+    if action != "permission deleted":  # that one takes the stream from every role
+        await still_open(other)
+
+
+def test_a_group_deleted_tells_its_members_once_committed_and_not_when_rolled_back(monkeypatch):
+    """Its members are read before the memberships go (pre_delete), and told after the commit."""
+    from django.contrib.auth.models import Group, User
+    from django.db import transaction
+
+    from dashboard import live_access
+
+    sent: list[set] = []
+    monkeypatch.setattr(live_access, "_send", lambda pks, fields: sent.append(set(pks)))
+    team = Group.objects.create(name="team")
+    members = [User.objects.create_user(f"m{i}", password="pw") for i in range(2)]
+    for member in members:
+        member.groups.add(team)
+    outsider = User.objects.create_user("outsider", password="pw")
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic():
+        team.delete()
+        raise Undo
+    assert sent == []  # rolled back: nobody lost anything
+    with transaction.atomic():
+        Group.objects.filter(name="team").delete()  # the admin's "delete selected" deletes a queryset
+        assert sent == []
+    assert sent == [{m.pk for m in members}] and outsider.pk not in sent[0]

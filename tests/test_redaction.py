@@ -283,9 +283,9 @@ def test_bytes_with_nothing_secret_are_kept_as_they_are():
 
 
 def test_bytes_that_are_not_json_are_redacted_by_pattern_only_up_to_a_bound(monkeypatch):
-    from extproxy import redaction
+    from extproxy.redaction import raw
 
-    monkeypatch.setattr(redaction, "RAW_REDACT_MAX", 100)
+    monkeypatch.setattr(raw, "RAW_REDACT_MAX", 100)
     long_secret = RAW_POD + b" " * 200
     kept, marks = redact_raw(long_secret, RULES)
     assert len(marks) == 2 and "only the first 100 of its" in marks[1]

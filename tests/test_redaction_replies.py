@@ -109,3 +109,81 @@ def test_the_bound_on_other_fields_never_costs_the_protocols_own(backend_server,
     assert first["NodeNames"] == many and first["Error"] == "" and first["FailedNodes"] == {"n": "token=[redacted]"}
     assert first["Debug"].endswith("not kept: too long to redact]")
     assert second["Trace"] == "kept" and len(second["FailedNodes"]) == 8_000 and SECRET not in json.dumps(second)
+
+
+KEYED = {  # a backend's own field, a secret under a key that names it: the patterns saw only the value
+    "Debug": {"token": "abc", "Authorization": "Bearer x", "Cookie": "sid=1", "retries": 3,
+              "creds": {"api_key": 12345, "scopes": ["read"]}, "session-id": ["s1", "s2"]},
+    "Env": [{"name": "LOG_LEVEL", "value": "info"}],
+}
+KEYED_STORED = {
+    "Debug": {"token": "[redacted]", "Authorization": "[redacted]", "Cookie": "[redacted]", "retries": 3,
+              "creds": {"api_key": "[redacted]", "scopes": ["read"]}, "session-id": ["[redacted]", "[redacted]"]},
+    "Env": [{"name": "LOG_LEVEL", "value": "[redacted]"}],  # an env entry as an object: as in text, with envValues
+}
+
+
+def _stored_reply_of(answer: dict) -> tuple[dict, list[str]]:
+    import json
+    import zlib
+
+    from extproxy.config import RedactionConfig
+    from extproxy.recording import compact_body
+    from extproxy.recording.blobs import NodeDeduper
+
+    stored = compact_body(json.dumps(answer).encode(), RedactionConfig(), NodeDeduper(RedactionConfig()))
+    kept = restore(zlib.compress(stored), lambda shas: {})
+    return json.loads(kept.body), kept.marks
+
+
+def test_a_secret_under_a_key_that_names_it_is_stored_redacted():
+    answer = {"NodeNames": ["node-01"], "FailedNodes": {}, "Error": "", **KEYED}
+    kept, marks = _stored_reply_of(answer)
+
+    assert {key: kept[key] for key in KEYED} == KEYED_STORED
+    assert "Debug.token redacted" in marks and "Debug.creds.api_key redacted" in marks
+
+
+def test_a_failed_nodes_key_is_a_node_name_not_a_secrets_name():
+    """FailedNodes' keys are node names: `tokenserver01`'s reason is kept; a map a backend nests
+    deeper is its own, and its keys are read."""
+    answer = {"NodeNames": [], "FailedNodes": {"tokenserver01": "no room", "secret-pool-1": "taint"},
+              "Error": "", "Debug": {"tokenserver01": {"password": "x"}}}
+    kept, _ = _stored_reply_of(answer)
+
+    assert kept["FailedNodes"] == answer["FailedNodes"]
+    assert kept["Debug"] == {"tokenserver01": {"password": "[redacted]"}}
+
+
+def test_manage_redact_applies_the_key_rule_to_replies_stored_before_it():
+    """A reply stored before the rule (its Debug kept whole) is redacted by `manage.py redact`'s
+    run as a new one is stored, and a second run changes nothing."""
+    import json
+    import zlib
+
+    import msgspec
+
+    from extproxy import bodyformat
+    from extproxy.config import RedactionConfig
+    from extproxy.recording.blobs import compress
+    from extproxy.recording.redact_again import Bodies
+
+    body = json.dumps({"NodeNames": ["node-01"], "FailedNodes": {"tokenserver01": "no room"}, "Error": "", **KEYED})
+    old = compress(bodyformat.SPLICED_MARK + msgspec.msgpack.encode([[body.encode()], []]))
+    bodies = Bodies(RedactionConfig(), {})
+
+    new = bodies.body(old)
+    kept = restore(new, lambda shas: {})
+    assert {key: json.loads(kept.body)[key] for key in KEYED} == KEYED_STORED
+    assert json.loads(kept.body)["FailedNodes"] == {"tokenserver01": "no room"}
+    assert bodies.body(new) is None
+    assert zlib.decompress(new)[:1] == bodyformat.SPLICED_MARK
+
+
+def test_meta_victims_keys_are_node_names_too():
+    """A preempt's NodeNameToMetaVictims (request and reply) is keyed by node name: a node named
+    like a secret keeps its victims, in any spelling Go reads."""
+    victims = {"tokenserver01": {"Pods": [{"UID": "uid-1"}], "NumPDBViolations": 1}}
+    for key in ("NodeNameToMetaVictims", "nodeNameToMetaVictims"):
+        kept, _ = _stored_reply_of({key: victims})
+        assert kept[key] == victims

@@ -20,8 +20,10 @@ import msgspec
 from .. import bodyformat
 from ..config import RedactionConfig
 from ..protocol import LastObject, RecentBytes, go_key
-from ..redaction import needs_redaction, redact_free_text, redact_object, redact_raw, text_needs_redaction
+from ..redaction import (ECHO_MARK, RAW_MARK_TEXT, Echoes, collecting, echo_redactor, needs_redaction, noted,
+                         redact_free_text, redact_object, redact_raw, text_needs_redaction)
 from .bulk import storable_text
+from .caches import BytesBoundedLRU, RedactionCache  # noqa: F401 - RedactionCache: kept importable from here
 
 try:
     from isal.isal_zlib import compress as _compress
@@ -44,18 +46,25 @@ def decompress(data: bytes) -> bytes:
     return zlib.decompress(data) if data else b""
 
 
-def raw_form(body: bytes, rules: RedactionConfig) -> bytes:
+def raw_form(body: bytes, rules: RedactionConfig, echoes: Echoes | None = None) -> bytes:
     """The stored form of bytes not read as JSON: as received, or with what looked like a
-    secret replaced (redaction.redact_raw) and marked so."""
+    secret replaced (redaction.redact_raw) and marked so. `echoes`: the values removed from
+    the call's request, removed here too where the bytes repeat them."""
     kept, marks = redact_raw(body, rules)
+    if echoes is not None and echoes.in_bytes(kept):
+        text = kept.decode("utf-8", "surrogateescape")
+        scrubbed = echoes.text(text)
+        if scrubbed != text:
+            kept = scrubbed.encode("utf-8", "surrogateescape")
+            marks = (marks or [RAW_MARK_TEXT]) + [f"the body{ECHO_MARK}"]
     if not marks:
         return RAW_MARK + body
     return REDACTED_RAW_MARK + msgspec.msgpack.encode([kept, marks])
 
 
-def raw_blob(body: bytes, rules: RedactionConfig) -> bytes:
+def raw_blob(body: bytes, rules: RedactionConfig, echoes: Echoes | None = None) -> bytes:
     """A body stored as received but for secrets (a raw record's)."""
-    return compress(raw_form(body, rules))
+    return compress(raw_form(body, rules, echoes))
 
 
 class _NodeListRaw(msgspec.Struct):
@@ -82,65 +91,6 @@ LARGE_BODIES = 4  # the large bodies stored last, remembered (with their Node re
 LARGE_BODY_BYTES = 64 << 20  # of this many bytes in all (so 16 MiB each at most, RecentBytes' quarter)
 
 
-class BytesBoundedLRU:
-    """Values by key, bounded by the bytes they are said to take (least recently used out
-    first); a single value larger than an eighth of the bound is not kept."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
-        self.bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def get(self, key: bytes) -> tuple[bool, Any]:
-        """(found, value)."""
-        known = self._items.get(key)
-        if known is None:
-            return False, None
-        self._items.move_to_end(key)
-        return True, known[0]
-
-    def put(self, key: bytes, value: Any, size: int) -> None:
-        if size > self.max_bytes // 8 or key in self._items:
-            return
-        self._items[key] = (value, size)
-        self.bytes += size
-        while self.bytes > self.max_bytes:
-            self.bytes -= self._items.popitem(last=False)[1][1]
-
-
-class RedactionCache:
-    """A bodyformat.Redactor that remembers its answers by (field, SHA-256 of the bytes).
-
-    The same Pod bytes arrive many times (filter, prioritize, bind, each backend, and again on
-    every retry while the Pod is Pending); redacting and diffing it is most of what recording
-    a names-mode call costs. Bounded by the bytes it keeps (BytesBoundedLRU).
-    """
-
-    def __init__(self, redact: bodyformat.Redactor, max_bytes: int) -> None:
-        self._redact = redact
-        self._answers = BytesBoundedLRU(max_bytes)
-        self.hits = self.misses = 0
-
-    @property
-    def kept_bytes(self) -> int:
-        return self._answers.bytes
-
-    def __call__(self, name: str, value: bytes) -> tuple[bytes, list[str]] | None:
-        key = name.encode() + b"\0" + hashlib.sha256(value).digest()
-        found, answer = self._answers.get(key)
-        if found:
-            self.hits += 1
-            return None if answer is None else (answer[0], list(answer[1]))
-        self.misses += 1
-        answer = self._redact(name, value)
-        size = 128 + len(key) + (0 if answer is None else len(answer[0]) + sum(len(m) + 64 for m in answer[1]))
-        self._answers.put(key, None if answer is None else (answer[0], list(answer[1])), size)
-        return answer
-
-
 class NodeDeduper:
     """Collects the distinct Node objects of a batch, keyed by the SHA-256 of canonical JSON.
 
@@ -159,6 +109,9 @@ class NodeDeduper:
         self.refs = 0  # Node references handed out, ever (a caller can tell a body referred to none)
         self._canonical: OrderedDict[bytes, tuple[str, str]] = OrderedDict()  # raw digest -> (sha, name)
         self._exact: OrderedDict[bytes, tuple[str, tuple[str, ...]]] = OrderedDict()  # raw digest -> (key, marks)
+        # Node key -> the values its redaction removed (only Nodes it changed; bounded like the
+        # caches above): noted again whenever a call refers to the Node without redacting it.
+        self._removed: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._cache_size = cache_size
         self.stored = BytesBoundedLRU(stored_body_bytes)  # body digest -> stored form (stored_body)
         self.lists = bodyformat.SplicedLists(self._found_again)  # whole NodeLists seen before
@@ -169,7 +122,8 @@ class NodeDeduper:
         self.large_bodies = RecentBytes(LARGE_BODIES, LARGE_BODY_BYTES)  # body -> [blob, form, Node keys]
         self.redact_field = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules),
-                                lambda value: redact_free_text(value, rules), lambda raw: text_needs_redaction(raw, rules)),
+                                lambda value, node_keys: redact_free_text(value, rules, node_keys=node_keys),
+                                lambda raw: text_needs_redaction(raw, rules)),
             redaction_cache_bytes,
         )
 
@@ -180,12 +134,17 @@ class NodeDeduper:
         if known is not None:
             self._canonical.move_to_end(digest)
             self.used.add(known[0])
+            if self._removed:
+                noted(self._removed.get(known[0], ()))
             return known[0]
         node = msgspec.json.decode(raw)
+        removed: list[str] = []
         if needs_redaction(raw, self.rules):
-            redact_object(node, self.rules)
+            with collecting() as removed:
+                redact_object(node, self.rules)
         data = msgspec.json.encode(node, order="sorted")
         sha = hashlib.sha256(data).hexdigest()
+        self._note_removed(sha, removed)
         name = ((node.get("metadata") or {}).get("name") or "") if isinstance(node, dict) else ""
         self.batch.setdefault(sha, (storable_text(str(name)[:253]), data))
         self.used.add(sha)
@@ -194,10 +153,24 @@ class NodeDeduper:
             self._canonical.popitem(last=False)
         return sha
 
+    def _note_removed(self, sha: str, removed: list[str]) -> None:
+        """What redacting Node `sha` removed: noted for the call now, remembered for later ones."""
+        if not removed:
+            return
+        kept = tuple(dict.fromkeys(removed))
+        noted(kept)
+        self._removed[sha] = kept
+        self._removed.move_to_end(sha)
+        while len(self._removed) > self._cache_size:
+            self._removed.popitem(last=False)
+
     def _found_again(self, keys: list[str]) -> None:
         """A NodeList spliced before came again: its Nodes are referred to as add_exact would."""
         self.refs += len(keys)
         self.used.update(keys)
+        if self._removed:
+            for key in keys:
+                noted(self._removed.get(key, ()))
 
     def add_exact(self, raw: bytes) -> tuple[str, list[str]]:
         """Keep a Node object as received (keyed by the SHA-256 of its bytes), so its body can
@@ -210,8 +183,12 @@ class NodeDeduper:
         if known is not None:
             self._exact.move_to_end(digest)
             self.used.add(known[0])
+            if self._removed:
+                noted(self._removed.get(known[0], ()))
             return known[0], list(known[1])
-        sha, marks = self._keep_exact(raw, digest)
+        with collecting() as removed:
+            sha, marks = self._keep_exact(raw, digest)
+        self._note_removed(sha, removed)
         self._exact[digest] = (sha, tuple(marks))
         while len(self._exact) > self._cache_size:
             self._exact.popitem(last=False)
@@ -248,13 +225,17 @@ class NodeDeduper:
         if len(body) > STORED_BODY_MAX:
             return self._stored_large(body)
         key = hashlib.sha256(body).digest()
-        found, blob = self.stored.get(key)
+        found, known = self.stored.get(key)
         if found:
-            return blob
+            noted(known[1])  # what redacting it removed, for the call's echoes (redaction.Echoes)
+            return known[0]
         refs = self.refs
-        blob = compress(compact_body(body, self.rules, self))
+        with collecting() as removed:
+            blob = compress(compact_body(body, self.rules, self))
+        kept = tuple(dict.fromkeys(removed))
+        noted(kept)
         if self.refs == refs:
-            self.stored.put(key, blob, len(blob) + 96)
+            self.stored.put(key, (blob, kept), len(blob) + 96 + sum(len(v) + 64 for v in kept))
         return blob
 
     def _stored_large(self, body: bytes) -> bytes:
@@ -263,13 +244,17 @@ class NodeDeduper:
             if known[2] is None:  # its Node keys, read out of the form when first found again
                 known[2] = [piece for piece in msgspec.msgpack.decode(known[1][1:])[0] if piece.__class__ is str]
             self._found_again(known[2])
+            noted(known[3])
             return known[0]
-        form = compact_body(body, self.rules, self)
+        with collecting() as removed:
+            form = compact_body(body, self.rules, self)
+        kept = tuple(dict.fromkeys(removed))
+        noted(kept)
         blob = compress(form)
         if form[:1] == bodyformat.SPLICED_MARK:  # the other forms are rare: not remembered
             # Most large bodies (a full-object request: every Pod's own) never come again: the
             # keys are not read out of the form until one does.
-            self.large_bodies.keep(body, [blob, form, None], len(body) + len(blob) + 2 * len(form))
+            self.large_bodies.keep(body, [blob, form, None, kept], len(body) + len(blob) + 2 * len(form))
         return blob
 
     def take_batch(self) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
@@ -278,27 +263,31 @@ class NodeDeduper:
         return batch, used
 
 
-def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
+def compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper, echoes: Echoes | None = None) -> bytes:
     """Redact, move Node objects into `nodes`, and return the form that is stored.
 
     The spliced form (bodyformat) first: it restores the body byte for byte. The older
-    canonical form below only for bodies it cannot splice exactly.
+    canonical form below only for bodies it cannot splice exactly. `echoes` (a reply's): the
+    values removed from the call's request, removed from its free-text fields too.
     """
+    redact = nodes.redact_field if echoes is None else echo_redactor(nodes.redact_field, echoes)
     try:
-        spliced = bodyformat.compact(body, nodes.redact_field, nodes.add_exact, nodes.lists, nodes.envelope)
+        spliced = bodyformat.compact(body, redact, nodes.add_exact, nodes.lists, nodes.envelope)
     except UNDECODABLE:  # the older form below decides what to keep
         spliced = None
     if spliced is not None:
         return spliced
     # Unreadable where it must be redacted: raises, and the caller stores a raw record with why.
-    return _compact_body(body, rules, nodes)
+    return _compact_body(body, rules, nodes, redact, echoes)
 
 
-def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
+def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper,
+                  redact: bodyformat.Redactor | None = None, echoes: Echoes | None = None) -> bytes:
+    redact = nodes.redact_field if redact is None else redact
     try:
         envelope = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
     except msgspec.DecodeError:
-        return raw_form(body, rules)
+        return raw_form(body, rules, echoes)
     out: dict[str, Any] = dict(envelope)
     for name in bodyformat.SPECIAL:  # another spelling of a field Go reads once: not kept (it could hold secrets)
         read = go_key(envelope, name)
@@ -328,7 +317,7 @@ def _compact_body(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> by
         other += 0 if field else len(value)
         if not field and other > bodyformat.OTHER_FIELDS_REDACT_MAX:
             out[text_key] = msgspec.Raw(bodyformat.too_long(value)[0])
-        elif redacted := nodes.redact_field(field or text_key, value):
+        elif redacted := redact(field or text_key, value):
             out[text_key] = msgspec.Raw(redacted[0])
     victims_key = go_key(envelope, "NodeNameToVictims")
     if victims_key is not None:

@@ -21,8 +21,8 @@ import msgspec
 from .. import bodyformat
 from ..config import RedactionConfig
 from ..protocol import go_key
-from ..redaction import (bounded_text, needs_redaction, redact_object, redact_raw, redact_strings,
-                         text_needs_redaction)
+from ..redaction import (bounded_text, needs_redaction, redact_object, redact_raw, redact_reply_strings,
+                         redact_strings, text_needs_redaction)
 from .blobs import (COMPACT_MARK, RAW_MARK, REDACTED_RAW_MARK, REDACTION_CACHE_BYTES, RedactionCache,
                     compress, decompress)
 from .rows import MAX_FINDING_TEXT, stored_decisions
@@ -119,7 +119,8 @@ class Bodies:
         # What is stored is bounded by that budget already.
         self._redact = RedactionCache(
             bodyformat.redactor(lambda obj: redact_object(obj, rules), lambda raw: needs_redaction(raw, rules),
-                                lambda value: redact_strings(value, rules), lambda raw: text_needs_redaction(raw, rules)),
+                                lambda value, node_keys: redact_reply_strings(value, rules, node_keys),
+                                lambda raw: text_needs_redaction(raw, rules)),
             REDACTION_CACHE_BYTES,
         )
 

@@ -20,7 +20,7 @@ from .. import nodeindex, protocol, semantics
 from ..config import BackendConfig, RedactionConfig
 from ..protocol import Verb
 from ..semantics import Decision, Outcome, Result
-from ..redaction import bounded_text, text_needs_redaction
+from ..redaction import Echoes, bounded_text, collecting, echoes, text_needs_redaction
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compact_body, compress, raw_blob
 from .trace import Trace
@@ -59,11 +59,13 @@ def _when(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc)
 
 
-def bounded_findings(findings: list[dict[str, Any]], rules: RedactionConfig) -> list[dict[str, Any]]:
+def bounded_findings(findings: list[dict[str, Any]], rules: RedactionConfig,
+                     echo: Echoes | None = None) -> list[dict[str, Any]]:
     """At most MAX_FINDINGS findings, each with bounded text; the rest counted. A detail can
-    quote a backend (`error-under-200` quotes its Error), so it is redacted as error texts are."""
+    quote a backend (`error-under-200` quotes its Error), so it is redacted as error texts are
+    (`echo`: the values removed from the call's request, removed where the detail repeats them)."""
     kept = [
-        {"kind": str(f.get("kind", ""))[:MAX_KIND_TEXT], "detail": _detail(str(f.get("detail", "")), rules)}
+        {"kind": str(f.get("kind", ""))[:MAX_KIND_TEXT], "detail": _detail(str(f.get("detail", "")), rules, echo)}
         for f in findings[:MAX_FINDINGS]
     ]
     if len(findings) > MAX_FINDINGS:
@@ -71,10 +73,17 @@ def bounded_findings(findings: list[dict[str, Any]], rules: RedactionConfig) -> 
     return kept
 
 
-def _detail(text: str, rules: RedactionConfig) -> str:
+def _detail(text: str, rules: RedactionConfig, echo: Echoes | None = None) -> str:
+    if echo is not None and echo.in_text(text[: 2 * MAX_FINDING_TEXT]):
+        return echo.bounded(text, rules, MAX_FINDING_TEXT)
     if not text_needs_redaction(text[: 2 * MAX_FINDING_TEXT].encode("utf-8", "surrogatepass"), rules):
         return text[:MAX_FINDING_TEXT]  # most details: one byte test, not five expressions
     return bounded_text(text, rules, MAX_FINDING_TEXT)
+
+
+def _error_text(text: str, rules: RedactionConfig, echo: Echoes | None) -> str:
+    """Redacted (a non-200 body can echo secrets; it is streamed live) and cut to MAX_ERROR_TEXT."""
+    return bounded_text(text, rules, MAX_ERROR_TEXT) if echo is None else echo.bounded(text, rules, MAX_ERROR_TEXT)
 
 
 def read_request(trace: Trace, memory: NodeDeduper | None = None) -> dict[str, Any]:
@@ -178,22 +187,40 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
 
     stage = _Stage()
     try:
+        # The requests first (each part's too): what redacting them removed is removed wherever the call repeats it.
         ident = read_request(trace, nodes)
-        request_blob = _stored(trace.request_body, rules, nodes)
+        requests = []
+        with collecting() as removed:
+            request_blob = _stored(trace.request_body, rules, nodes)
+            for child in trace.backend_calls:
+                c_ident = read_request(child, nodes)
+                requests.append((child, c_ident, _stored(child.request_body, rules, nodes)))
+        echo = echoes(removed)
+        # Its texts come from its replies and errors: when none repeats a value, what is remembered holds.
+        if echo is not None and (echo.in_call(trace) or echo.in_text(ident.get("request_error", ""))):
+            echo = echo.apart_from(_shown_names(ident, requests))
+        else:
+            echo = None
         stage.kind = "undecodable-reply"
         verdict = judge_reply(trace, ident)
         outcome, error, findings, decisions = _outcome(trace, verdict)
         extras = VERDICTS.extras(verdict)  # same verdict: same reply bytes, node names, backend
-        response_blob = _remembered(extras, ("reply", rules), nodes, lambda: _stored(trace.response_body, rules, nodes))
+        if echo is not None and echo.in_bytes(trace.response_body):  # not remembered: the request's own
+            response_blob = _stored(trace.response_body, rules, nodes, echo)
+        else:
+            response_blob = _remembered(extras, ("reply", rules), nodes, lambda: _stored(trace.response_body, rules, nodes))
         children = []
-        for child in trace.backend_calls:
-            kid, c_decisions = _backend_call(child, rules, nodes, stage)
+        for child, c_ident, c_request in requests:
+            kid, c_decisions = _backend_call(child, c_ident, c_request, rules, nodes, stage, echo)
             decisions = decisions + c_decisions
             children.append(kid)
         if verdict is None or decisions is not verdict.decisions:
             extras = None  # the call's decisions are not (only) the verdict's
-        decisions_blob = _remembered(extras, ("decisions", rules), nodes,
-                                     lambda: compress(msgspec.json.encode(stored_decisions(decisions, rules))))
+        if echo is not None and echo.in_reasons(decisions):
+            decisions_blob = compress(msgspec.json.encode(stored_decisions(decisions, rules, echo)))
+        else:
+            decisions_blob = _remembered(extras, ("decisions", rules), nodes,
+                                         lambda: compress(msgspec.json.encode(stored_decisions(decisions, rules))))
         node_pairs = _remembered(extras, "pairs", nodes, lambda: nodeindex.pairs_and_digest(decisions, ident["nodes"]))
     except Exception as exc:  # anything unreadable: the caller stores the raw record
         raise Undecodable(stage.kind, exc) from exc
@@ -214,12 +241,12 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         finished_at=_when(trace.finished_at),
         outcome=outcome,
         http_status=trace.status,
-        error=bounded_text(error, rules, MAX_ERROR_TEXT),  # a non-200 body can echo secrets; it is streamed live
+        error=_error_text(error, rules, echo),
         node_count=len(ident["nodes"]),
         passed_count=counts[Result.PASSED],
         failed_count=counts[Result.FAILED],
         unresolvable_count=counts[Result.UNRESOLVABLE],
-        findings=bounded_findings(findings + list(trace.findings), rules),
+        findings=bounded_findings(findings + list(trace.findings), rules, echo),
         request_body=request_blob,
         response_body=response_blob,
         response_status=trace.answered_status,
@@ -244,29 +271,38 @@ def _new(model: type, **values: Any) -> Any:
     return model(*args)
 
 
-def stored_decisions(decisions: list[Decision], rules: RedactionConfig) -> list[Decision]:
+def _shown_names(ident: dict[str, Any], requests: list[tuple[Trace, dict[str, Any], bytes]]) -> list[str]:
+    """The names a call's record keeps in the clear: its Pod's and its nodes' (each part's)."""
+    idents = [ident] + [c_ident for _, c_ident, _ in requests]
+    return [name for each in idents for name in (each["namespace"], each["name"], each["uid"], *each["nodes"])]
+
+
+def stored_decisions(decisions: list[Decision], rules: RedactionConfig, echo: Echoes | None = None) -> list[Decision]:
     """The decisions as they are stored: a reason is a backend's free text (FailedNodes), so it
-    is redacted as error texts are (it can echo what the Pod holds) and cut to MAX_REASON_TEXT.
-    The same list when no reason needs either (the usual case: one byte test over the distinct
-    reasons)."""
+    is redacted as error texts are (it can echo what the Pod holds: `echo`, the values removed
+    from the call's request) and cut to MAX_REASON_TEXT. The same list when no reason needs
+    either (the usual case: one byte test over the distinct reasons)."""
     reasons = {d.reason for d in decisions if d.reason}
     if not reasons or (max(map(len, reasons)) <= MAX_REASON_TEXT
-                       and not text_needs_redaction("\n".join(reasons).encode("utf-8", "surrogatepass"), rules)):
+                       and not text_needs_redaction("\n".join(reasons).encode("utf-8", "surrogatepass"), rules)
+                       and not (echo is not None and echo.in_text("\n".join(reasons)))):
         return decisions
     # Each distinct reason is redacted (twice its kept length, bounded_text): of many long ones,
     # each is cut shorter, so that a call's redaction stays within REASONS_REDACT_MAX characters
     # (or 512 a reason, with more than 2,048 distinct reasons).
     limit = min(MAX_REASON_TEXT, max(MIN_REASON_TEXT, REASONS_REDACT_MAX // (2 * len(reasons))))
-    kept = {reason: bounded_text(reason, rules, limit) for reason in reasons}
+    kept = {reason: bounded_text(reason, rules, limit) if echo is None else echo.bounded(reason, rules, limit)
+            for reason in reasons}
     return [d if not d.reason or kept[d.reason] == d.reason else msgspec.structs.replace(d, reason=kept[d.reason])
             for d in decisions]
 
 
-def _stored(body: bytes, rules: RedactionConfig, nodes: NodeDeduper) -> bytes:
-    """The stored form of a body; remembered by `nodes` when it redacts by the same rules."""
-    if rules is nodes.rules:
+def _stored(body: bytes, rules: RedactionConfig, nodes: NodeDeduper, echo: Echoes | None = None) -> bytes:
+    """The stored form of a body; remembered by `nodes` when it redacts by the same rules (and
+    has no request's values to remove: `echo`, a reply's)."""
+    if rules is nodes.rules and echo is None:
         return nodes.stored_body(body)
-    return compress(compact_body(body, rules, nodes))
+    return compress(compact_body(body, rules, nodes, echo))
 
 
 def _remembered(extras: dict | None, key: Any, nodes: NodeDeduper, make: Any) -> Any:
@@ -281,14 +317,14 @@ def _remembered(extras: dict | None, key: Any, nodes: NodeDeduper, make: Any) ->
     return value
 
 
-def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stage: _Stage) -> tuple["BackendCall", list[Decision]]:
+def _backend_call(child: Trace, ident: dict[str, Any], request_blob: bytes, rules: RedactionConfig, nodes: NodeDeduper,
+                  stage: _Stage, echo: Echoes | None) -> tuple["BackendCall", list[Decision]]:
+    """One part of a combined call, its request already read and stored (build_call)."""
     from ..models import BackendCall
 
-    stage.kind = "undecodable-request"
-    ident = read_request(child, nodes)
-    request_blob = _stored(child.request_body, rules, nodes)
     stage.kind = "undecodable-reply"
     c_outcome, c_error, c_findings, c_decisions = _outcome(child, judge_reply(child, ident))
+    echoed = echo is not None and echo.in_bytes(child.response_body)
     kid = _new(
         BackendCall,
         backend=child.backend,
@@ -297,11 +333,11 @@ def _backend_call(child: Trace, rules: RedactionConfig, nodes: NodeDeduper, stag
         finished_at=_when(child.finished_at),
         outcome=c_outcome,
         http_status=child.status,
-        error=bounded_text(c_error, rules, MAX_ERROR_TEXT),
-        findings=bounded_findings(c_findings + list(child.findings), rules),
+        error=_error_text(c_error, rules, echo),
+        findings=bounded_findings(c_findings + list(child.findings), rules, echo),
         request_body=request_blob,
-        response_body=_stored(child.response_body, rules, nodes),
-        decisions_blob=compress(msgspec.json.encode(stored_decisions(c_decisions, rules))),
+        response_body=_stored(child.response_body, rules, nodes, echo if echoed else None),
+        decisions_blob=compress(msgspec.json.encode(stored_decisions(c_decisions, rules, echo))),
     )
     return kid, c_decisions
 
@@ -316,6 +352,10 @@ def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built
     from ..models import BackendCall, Call
 
     finding = {"kind": kind, "detail": why}
+    with collecting() as removed:  # by pattern: what it removed is removed where the call repeats it
+        request_blob = raw_blob(bytes(trace.request_body), rules)
+        requests = [raw_blob(bytes(c.request_body), rules) for c in trace.backend_calls]
+    echo = echoes(removed)
     call = Call(
         call_id=trace.call_id,
         verb=str(trace.verb)[:16],
@@ -325,10 +365,10 @@ def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built
         finished_at=_when(trace.finished_at),
         outcome="timeout" if trace.timed_out else "error",
         http_status=trace.status,
-        error=bounded_text(trace.transport_error or f"record not decodable: {why}", rules, MAX_ERROR_TEXT),
-        findings=bounded_findings([finding] + list(trace.findings), rules),
-        request_body=raw_blob(bytes(trace.request_body), rules),
-        response_body=raw_blob(bytes(trace.response_body), rules),
+        error=_error_text(trace.transport_error or f"record not decodable: {why}", rules, echo),
+        findings=bounded_findings([finding] + list(trace.findings), rules, echo),
+        request_body=request_blob,
+        response_body=raw_blob(bytes(trace.response_body), rules, echo),
         response_status=trace.answered_status,
         decisions_blob=compress(b"[]"),
     )
@@ -340,13 +380,13 @@ def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built
             finished_at=_when(c.finished_at),
             outcome="timeout" if c.timed_out else "error",
             http_status=c.status,
-            error=bounded_text(c.transport_error or "part of a call whose record could not be decoded", rules, MAX_ERROR_TEXT),
-            findings=bounded_findings(list(c.findings), rules),
-            request_body=raw_blob(bytes(c.request_body), rules),
-            response_body=raw_blob(bytes(c.response_body), rules),
+            error=_error_text(c.transport_error or "part of a call whose record could not be decoded", rules, echo),
+            findings=bounded_findings(list(c.findings), rules, echo),
+            request_body=c_request,
+            response_body=raw_blob(bytes(c.response_body), rules, echo),
             decisions_blob=compress(b"[]"),
         )
-        for c in trace.backend_calls
+        for c, c_request in zip(trace.backend_calls, requests)
     ]
     return call, children
 

@@ -1,9 +1,10 @@
 """A URL as it may be shown: the password of its userinfo replaced.
 
-One reading of the URL for the two places that show one: the Error the combined form answers
-names a failed call's URL as Go's client prints it (password "***", see ``errors``), and the
-records, pages and copied-out commands show a backend's URL with "[redacted]"
-(``extproxy.redaction.url_without_password``).
+The Error the combined form answers names a failed call's URL as Go's client prints it
+(password "***", see ``errors``): Go hides the password only. The records, pages and copied-out
+commands hide more (a web URL's lone user name is a token: ``extproxy.redaction``'s
+``url_without_password``, which also notes what it removed for the call's echoes), so the two
+share this reading of where the userinfo ends, not one function.
 
 May import: the standard library. No Django, no I/O.
 """
