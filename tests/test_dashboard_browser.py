@@ -101,6 +101,7 @@ def test_it_renders_the_story_pending_and_backends_pages(scene, viewer_login, br
     assert {(s["backend"], s["verb"]) for s in data["series"]} >= {("gpu", "filter"), ("flaky", "filter")}
     shoot(page, "backends-glance")
     assert page.dialogs == []  # type: ignore[attr-defined]
+    assert page.console_errors == []  # type: ignore[attr-defined]  # each page's resources (its icon too) loaded
 
 
 ODD_PODS = [("ml-team", "a/../b"), ("ml-team", "."), ("..", "p"), ("-", "dash"), ("ml-team", "50% ?#")]

@@ -43,6 +43,11 @@ def browser_page():
             dialog.dismiss()
 
         page.on("dialog", on_dialog)
+        # What the browser's console says went wrong (a resource that answered 4xx/5xx, a script
+        # error, a CSP refusal): a test that loads pages asserts this stays empty.
+        page.console_errors = []  # type: ignore[attr-defined]
+        page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))  # type: ignore[attr-defined]
+        page.on("pageerror", lambda e: page.console_errors.append(f"pageerror: {e}"))  # type: ignore[attr-defined]
         page.set_default_timeout(15_000)
         yield page
         browser.close()
