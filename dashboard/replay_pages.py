@@ -33,6 +33,15 @@ def _body_context(body) -> dict:
     return {"text": text, "cut": cut, "note": note, "size": len(body.data), "exact": body.exact, "marks": body.marks}
 
 
+def _not_called(part) -> str:
+    """Why extproxy never called this backend, or "" when it did. Such a part has no request or reply
+    to show: empty boxes headed "the bytes as received" would say the backend got nothing."""
+    for finding in part.findings or ():
+        if isinstance(finding, dict) and finding.get("kind") == "not-called":
+            return str(finding.get("detail") or "")
+    return ""
+
+
 @bodies_required
 def call(request, pk: int):
     record = object_or_404(Call, pk=pk)
@@ -40,7 +49,8 @@ def call(request, pk: int):
     url = copyout.original_url(record, request.build_absolute_uri("/"))
     parts = []
     for part in record.backend_calls.all() if record.form == "combined" else ():
-        parts.append({"call": part, "request": _body_context(request_of(part)), "response": _body_context(response_of(part))})
+        parts.append({"call": part, "request": _body_context(request_of(part)), "response": _body_context(response_of(part)),
+                      "not_called": _not_called(part)})
     context = {
         "call": record,
         "json": record.to_json(decisions=False),

@@ -11,6 +11,8 @@ import socket
 
 import pytest
 import requests
+from django.contrib.auth.models import User
+from django.test import Client
 
 from extproxy import kube
 from extproxy.config import BackendConfig
@@ -93,6 +95,13 @@ def test_a_backend_the_proxy_could_not_call_is_not_named_as_a_failed_exchange(
         call = combined_call(admin_client, server)
         [child] = call["backend_calls"]
         assert child["outcome"] == "error" and "not-called" in [f["kind"] for f in child["findings"]]
+        viewer = Client()
+        viewer.force_login(User.objects.get(username="root"))  # admin_client's user, by session
+        page = viewer.get(f"/calls/{call['id']}/").content.decode()
+        part = page.split('<section class="body backend-part">', 1)[1].split("</section>", 1)[0]
+        # No empty request and reply boxes headed "the bytes as received": nothing was sent.
+        assert "Not called: nothing was sent to this backend" in part and "in the node cache" in part
+        assert "bytes as received" not in part and "download request" not in part
     finally:
         kube.reset()
         api.close()
