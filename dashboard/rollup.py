@@ -5,7 +5,12 @@ size of the call table.
 Latency buckets are logarithmic, four per decade from 0.1 ms (each one 1.78× the previous),
 so percentiles read from them are within that factor and a heatmap needs no other data.
 
-The roll-up reads the call table by id, after a mark kept in `RollupMark`, in one transaction
+Two sources are counted, each after its own mark: the call table (what the scheduler called:
+a backend of the per-backend form, or `combined`) and the combined form's backend parts, under
+each backend's own name, so that in the combined form the backends page and the summary band
+speak for every configured backend and not only for the entry.
+
+The roll-up reads each table by id, after a mark kept in `RollupMark`, in one transaction
 that holds the mark's row: several processes may run it, each call is counted once. Ids of a
 batch another process has not committed yet look like a gap; the roll-up stops before a gap
 for up to `GAP_WAIT`, then counts past it (a rolled-back batch, or rows retention deleted).
@@ -33,6 +38,7 @@ UPPER_EDGES_MS = [FIRST_EDGE_MS * 10 ** ((i + 1) / BUCKETS_PER_DECADE) for i in 
 GAP_WAIT = timedelta(seconds=10)
 PASS_ROWS = 20_000
 MARK = "calls"
+PARTS_MARK = "backend-calls"  # the combined form's backend parts (extproxy.models.BackendCall)
 
 _thread: threading.Thread | None = None
 _stop = threading.Event()
@@ -58,20 +64,26 @@ def minute_start(minute: int) -> datetime:
 
 
 def catch_up(max_rows: int = PASS_ROWS, now: datetime | None = None) -> int:
-    """Count the calls recorded since the last pass (at most `max_rows`); returns how many."""
-    from django.db import transaction
+    """Count the calls and backend parts recorded since the last pass (at most `max_rows` of
+    each); returns how many were counted in all."""
+    from extproxy.models import BackendCall, Call
 
-    from extproxy.models import Call
+    now = now or datetime.now(timezone.utc)
+    calls = Call.objects.values_list("id", "backend", "verb", "started_at", "finished_at", "outcome", "is_replay")
+    parts = BackendCall.objects.values_list("id", "backend", "verb", "started_at", "finished_at", "outcome",
+                                            "call__is_replay")
+    return _catch_up_source(MARK, calls, max_rows, now) + _catch_up_source(PARTS_MARK, parts, max_rows, now)
+
+
+def _catch_up_source(name: str, rows_of: Any, max_rows: int, now: datetime) -> int:
+    """One source's pass: its rows after its mark, up to the first gap that may still fill."""
+    from django.db import transaction
 
     from .models import LatencyCell, RollupMark
 
-    now = now or datetime.now(timezone.utc)
     with transaction.atomic():
-        mark, _ = RollupMark.objects.select_for_update().get_or_create(name=MARK)
-        rows = list(
-            Call.objects.filter(id__gt=mark.last_id).order_by("id")
-            .values_list("id", "backend", "verb", "started_at", "finished_at", "outcome", "is_replay")[:max_rows]
-        )
+        mark, _ = RollupMark.objects.select_for_update().get_or_create(name=name)
+        rows = list(rows_of.filter(id__gt=mark.last_id).order_by("id")[:max_rows])
         counted, waiting = _until_gap(mark, rows, now)
         if not counted:
             if waiting and mark.gap_since is None:
@@ -148,7 +160,7 @@ def _run() -> None:
     next_prune = 0.0
     while not _stop.is_set():
         try:
-            while catch_up() == PASS_ROWS and not _stop.is_set():
+            while catch_up() >= PASS_ROWS and not _stop.is_set():  # a source was cut at PASS_ROWS
                 pass  # behind: go on without waiting
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + 3600

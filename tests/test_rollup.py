@@ -51,9 +51,70 @@ def test_it_waits_for_a_gap_in_ids_then_counts_past_it():
         call(i, 5)
     assert rollup.catch_up(now=T0) == 3  # 4 and 5 may be a batch still being committed
     assert rollup.catch_up(now=T0 + timedelta(seconds=5)) == 0
-    assert RollupMark.objects.get().last_id == 3
+    assert RollupMark.objects.get(name=rollup.MARK).last_id == 3
     assert rollup.catch_up(now=T0 + timedelta(seconds=11)) == 2  # they never came
     assert sum(c.calls for c in LatencyCell.objects.all()) == 5
+
+
+def part(call_id: int, id_: int, backend: str, ms: float, outcome: str = "ok", verb: str = "filter"):
+    from extproxy.models import BackendCall
+
+    return BackendCall.objects.create(id=id_, call_id=call_id, backend=backend, verb=verb, started_at=T0,
+                                      finished_at=T0 + timedelta(milliseconds=ms), outcome=outcome,
+                                      request_body=b"", response_body=b"", decisions_blob=b"")
+
+
+def test_it_counts_each_backend_of_a_combined_call_under_its_own_name_once():
+    """The combined form's calls are all `combined`: counted by that name only, every backend's
+    section of the backends page said "No calls in this window"."""
+    from extproxy.models import Call
+
+    call(1, 12, backend="combined")
+    part(1, 1, "gpu", 2)
+    part(1, 2, "quota", 9, outcome="error")
+    replayed = call(2, 12, backend="combined")
+    Call.objects.filter(pk=replayed.pk).update(is_replay=True)
+    part(2, 3, "gpu", 2)  # a replay's part: not the scheduler's traffic
+
+    assert rollup.catch_up() == 5
+    assert rollup.catch_up() == 0  # nothing counted twice
+    cells = {(c.backend, c.bucket): (c.calls, c.errors, c.timeouts) for c in LatencyCell.objects.all()}
+    assert cells == {("combined", 8): (1, 0, 0), ("gpu", 5): (1, 0, 0), ("quota", 7): (1, 1, 0)}  # 12, 2, 9 ms
+    part(1, 4, "gpu", 2)
+    assert rollup.catch_up() == 1
+    assert LatencyCell.objects.get(backend="gpu").calls == 2
+
+
+def test_the_backends_page_shows_each_backend_of_the_combined_form(backend_server, proxy, write_config):
+    """Real traffic: one combined entry before two backends on loopback, one of them failing."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from tests.conftest import fixture_bytes, pass_all
+    from tests.test_combined import backend, post
+
+    good = backend_server({"filter": pass_all})
+    broken = backend_server({"filter": lambda h, body: h.answer(500, b"down")})
+    server = proxy(write_config({"backends": [backend("good", good, filterVerb="filter"),
+                                              backend("broken", broken, filterVerb="filter", ignorable=True)]}))
+    for _ in range(3):
+        assert post(server, "filter", fixture_bytes("filter-request.nodecache-false.json")).status_code == 200
+    server.flush()
+
+    viewer = Client()
+    viewer.force_login(User.objects.create_superuser("viewer", "", "pw"))
+    page = viewer.get("/backends/").content.decode()
+    glance = page.split('id="glance"', 1)[1].split("</table>", 1)[0]
+    rows = {cells[0]: cells for cells in (_cells(tr) for tr in glance.split("<tr")[1:]) if cells}
+    assert rows["good"][1:3] == ["filter", "3"] and rows["good"][4] == "0.0 %"
+    assert rows["broken"][1:3] == ["filter", "3"] and rows["broken"][4] == "100.0 %"
+    assert rows["combined"][1:3] == ["filter", "3"]
+
+
+def _cells(row: str) -> list[str]:
+    import re
+
+    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
 
 
 def test_it_reads_percentiles_and_rates_from_the_cells_in_sql():
