@@ -11,6 +11,7 @@ prints the rate and the functions that took the most time, cumulative.
     .venv/bin/python bench/recorder_profile.py --no-profile --calls 25000 --rounds 8   # the rate as the table grows
     .venv/bin/python bench/recorder_profile.py --no-profile --calls 25000 --rounds 8 --memory  # where memory grows
     .venv/bin/python bench/recorder_profile.py --no-profile --redact every   # then `manage.py redact`'s rate
+    .venv/bin/python bench/recorder_profile.py --no-profile --secret         # every pod with a secret env value
 
 With --redact, the calls drained are then redacted again by `manage.py redact`'s run, under a rule
 added to the defaults: `none` matches nothing stored (the cost of reading and judging), `every`
@@ -53,6 +54,9 @@ def main() -> int:
     parser.add_argument("--memory", action="store_true",
                         help="after the last round, the lines whose allocations still held grew most since the "
                              "end of round 1 (tracemalloc; it slows the recorder several times and adds to RSS)")
+    parser.add_argument("--secret", action="store_true",
+                        help="give each pod an env value redaction removes (24 characters, its own per pod), "
+                             "so the echo search has a value to look for in every call's texts")
     parser.add_argument("--redact", choices=("none", "every"),
                         help="after the rounds, time `manage.py redact` with a rule that matches nothing or every call")
     args = parser.parse_args()
@@ -79,6 +83,8 @@ def main() -> int:
 
         body = build_bodies([args.nodes])[(args.mode, args.nodes)]
         requests = bodies_with_pods(body, min(args.pods, args.calls))
+        if args.secret:
+            requests = [_with_secret(request, i) for i, request in enumerate(requests)]
         cfg = load_config(None)
         drainer = Drainer(tmp / "spool", cfg.recording, cfg.redaction)
         profiler = None if args.no_profile else cProfile.Profile()
@@ -122,6 +128,15 @@ def main() -> int:
         db.drop()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def _with_secret(request: bytes, index: int) -> bytes:
+    import json
+
+    args = json.loads(request)
+    container = args["Pod"]["spec"]["containers"][0]
+    container.setdefault("env", []).append({"name": "DB_PASSWORD", "value": f"bench-secret-{index:05d}-0123456"})
+    return json.dumps(args, separators=(",", ":")).encode()
 
 
 def _redact_again(args: argparse.Namespace, rules) -> None:
