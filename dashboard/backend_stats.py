@@ -11,10 +11,10 @@ import math
 from collections import OrderedDict, defaultdict
 from datetime import datetime
 
-from django.db.models import ExpressionWrapper, F
+from django.db.models import ExpressionWrapper, F, Q
 from django.utils import timezone
 
-from extproxy.models import Call
+from extproxy.models import BackendCall, Call
 
 
 def histogram_percentile(counts: dict[int, int], p: float) -> float | None:
@@ -111,17 +111,28 @@ def backend_findings(scan: int = 1000, examples: int = 3) -> dict[str, list[dict
     calls = sorted(failed + noted, key=lambda c: (c.started_at, c.id), reverse=True)
     found: dict[str, OrderedDict[str, dict]] = defaultdict(OrderedDict)
     for call in calls:
-        kinds = [(f.get("kind", "?"), f.get("detail", "")) for f in call.findings or []]
-        if call.http_status not in (None, 200):
-            # The body of a non-200 answer is kept in `error`: show it with the finding.
-            kinds = [(k, f"{d}: {call.error}" if k == "non-200" else d) for k, d in kinds]
-            if not any(k == "non-200" for k, _ in kinds):
-                kinds.append(("non-200", call.error))
-        elif call.http_status == 200 and call.outcome == "error" and not kinds:
-            kinds.append(("error-under-200", call.error))
-        for kind, detail in kinds:
-            entry = found[call.backend].setdefault(kind, {"kind": kind, "count": 0, "examples": []})
-            entry["count"] += 1
-            if len(entry["examples"]) < examples:
-                entry["examples"].append({"call": call, "detail": detail})
+        _note(found, call.backend, call, call, examples)
+    # The combined form's backends answer in parts of `combined` calls: their findings are each
+    # backend's own, under its name (the example links to the call the part belongs to).
+    parts = (BackendCall.objects.filter(call_id__in=recent).filter(Q(outcome="error") | ~Q(findings=[]))
+             .select_related("call").order_by("-started_at", "-id")[:scan])
+    for part in parts:
+        _note(found, part.backend, part, part.call, examples)
     return {backend: list(kinds.values()) for backend, kinds in found.items()}
+
+
+def _note(found: dict, backend: str, record, call: Call, examples: int) -> None:
+    """Count `record`'s findings (a call, or a combined call's part) under `backend`."""
+    kinds = [(f.get("kind", "?"), f.get("detail", "")) for f in record.findings or []]
+    if record.http_status not in (None, 200):
+        # The body of a non-200 answer is kept in `error`: show it with the finding.
+        kinds = [(k, f"{d}: {record.error}" if k == "non-200" else d) for k, d in kinds]
+        if not any(k == "non-200" for k, _ in kinds):
+            kinds.append(("non-200", record.error))
+    elif record.http_status == 200 and record.outcome == "error" and not kinds:
+        kinds.append(("error-under-200", record.error))
+    for kind, detail in kinds:
+        entry = found[backend].setdefault(kind, {"kind": kind, "count": 0, "examples": []})
+        entry["count"] += 1
+        if len(entry["examples"]) < examples:
+            entry["examples"].append({"call": call, "detail": detail})

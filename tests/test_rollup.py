@@ -109,6 +109,11 @@ def test_the_backends_page_shows_each_backend_of_the_combined_form(backend_serve
     assert rows["good"][1:3] == ["filter", "3"] and rows["good"][4] == "0.0 %"
     assert rows["broken"][1:3] == ["filter", "3"] and rows["broken"][4] == "100.0 %"
     assert rows["combined"][1:3] == ["filter", "3"]
+    # Each backend's own contract findings, under its own section: the 500 and its body.
+    broken_section = page.split('id="backend-broken"', 1)[1].split("</section>", 1)[0]
+    assert "non-200" in broken_section and "down" in broken_section
+    good_section = page.split('id="backend-good"', 1)[1].split("</section>", 1)[0]
+    assert "None found in recent calls." in good_section
 
 
 def _cells(row: str) -> list[str]:
