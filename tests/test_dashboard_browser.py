@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.test_dashboard_traffic import BUSY, per_backend_attempt, scene  # noqa: F401 (fixture)
+from tests.test_dashboard_traffic import BUSY, bind_request, per_backend_attempt, pod_request, scene, send  # noqa: F401 (fixture)
 from tests.test_live_browser import browser_page, shoot, viewer_login, wait_until  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser  # Debian's chromium (make test SKIP_BROWSER=1 leaves it out)
@@ -122,3 +122,26 @@ def test_the_live_feeds_pod_links_open_each_pod_however_it_is_named(scene, viewe
         page.goto(scene.url + href)
         assert page.inner_text("h1 .podname") == text, (text, href, page.url)
         assert "No calls recorded for this pod." not in page.inner_text("main"), (text, href)
+
+
+def test_a_feed_filtered_by_a_backend_keeps_the_combined_calls_it_took_part_in(scene, viewer_login, browser_page):
+    """In the combined form every call is `combined`: a feed filtered by one of its backends,
+    a choice its own menu offers, showed nothing, in its history and live."""
+    page = browser_page
+    send(scene, "/extender/filter", pod_request("before-z"))  # history: stored before the page opens
+    scene.flush()
+    log_in(page, scene.url, viewer_login, "/?view=calls&backend=zone")
+    rows = page.locator("#calls tr")
+    rows.first.wait_for()
+    assert [r.locator("td").nth(3).inner_text() for r in rows.all()] == ["ml-team/before-z"]
+
+    send(scene, "/extender/filter", pod_request("live-z"))  # live: over the websocket
+    send(scene, "/extender/gpu/filter", pod_request("gpu-only"))  # zone took no part: not shown
+    send(scene, "/extender/bind", bind_request("live-z"))  # a combined bind: only gpu binds
+    send(scene, "/extender/zone/filter", pod_request("zone-direct", names=True))
+    # The recorder publishes in the order calls were answered: once the last one sent is shown,
+    # the gpu-only filter and the bind have been sent to the page and left out.
+    wait_until(page, "document.querySelectorAll('#calls tr').length === 3")
+    pods = [r.locator("td").nth(3).inner_text() for r in rows.all()]
+    assert pods == ["ml-team/zone-direct", "ml-team/live-z", "ml-team/before-z"]
+    assert page.console_errors == []  # type: ignore[attr-defined]

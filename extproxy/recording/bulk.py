@@ -54,6 +54,16 @@ def as_stored(summary: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def live_summary(call, parts: list) -> dict[str, Any]:
+    """What the live feed is sent of a stored call: its summary, and for a combined call the
+    backends that took part, so that a feed filtered by one of them keeps the calls it took part
+    in (as the feed's history query does)."""
+    summary = as_stored(call.to_json())
+    if parts:
+        summary["part_backends"] = [part.backend for part in parts]
+    return summary
+
+
 def make_storable(obj) -> Any:
     """An unsaved model object with every text and JSON field made storable, for a path that
     saves through the ORM (a replay's call) rather than `insert_rows`."""

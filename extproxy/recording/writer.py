@@ -24,7 +24,7 @@ from ..redaction import bounded_text
 from .apart import StoreApart, is_refusal
 from .attempts import AttemptTracker
 from .blobs import NodeDeduper, compress, nodes_carried
-from .bulk import as_stored, insert_rows
+from .bulk import insert_rows, live_summary
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
 from .counters import Counters
@@ -106,7 +106,7 @@ class BatchWriter:
             insert_rows(BackendCall, children)
             note_drops(gaps)
         self.raw += sum(call.call_id in self._raw_ids for call in calls)
-        return [as_stored(call.to_json()) for call in calls]
+        return [live_summary(call, kids) for call, kids in fresh]
 
     @staticmethod
     def _not_stored_yet(built: list[Built]) -> list[Built]:

@@ -66,9 +66,11 @@
       if (call.pod.name !== pod) return false;
     }
     if (f.namespace && call.pod.namespace !== f.namespace) return false;
-    for (const key of ["verb", "backend", "outcome"]) {
+    for (const key of ["verb", "outcome"]) {
       if (f[key] && call[key] !== f[key]) return false;
     }
+    // A backend of the combined form takes part in `combined` calls (part_backends names them).
+    if (f.backend && call.backend !== f.backend && !(call.part_backends || []).includes(f.backend)) return false;
     if (f.latency_above && !(call.duration_ms > parseFloat(f.latency_above))) return false;
     if (f.error && !(call.error || "").toLowerCase().includes(f.error.toLowerCase())) return false;
     return true;
