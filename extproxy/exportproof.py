@@ -272,7 +272,7 @@ def incomplete(manifest: dict) -> str:
     """Why a manifest is not complete, in words: its gaps, an open range, calls the node index
     could not tell of (a node-filtered export)."""
     gaps = manifest.get("gaps") or []
-    missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps)
+    missing = ", ".join(f"{gap_count(g)} {g.get('reason')}" for g in gaps)
     why = [f"{'events' if manifest.get('kind') == 'audit' else 'calls'} missing from the records: {missing}"] if gaps else []
     if manifest.get("still_open"):
         why.append(f"the range is still open: {manifest['still_open'].get('reason')}, "
@@ -281,6 +281,12 @@ def incomplete(manifest: dict) -> str:
         why.append(f"{manifest['unindexed'].get('calls')} calls of the selection not checked for the node: "
                    f"{manifest['unindexed'].get('reason')}")
     return "; ".join(why) or "see the manifest"
+
+
+def gap_count(gap: dict) -> Any:
+    """A gap's count: `events` in an audit export's gap (pruned audit events), `calls` in a calls
+    export's, and in audit exports whose manifests were made before they said `events`."""
+    return gap["events"] if "events" in gap else gap.get("calls")
 
 
 def _why_broken(fmt: str, body: bytes, digest: str, expected_seq: int, previous: str, manifest: dict) -> str:
