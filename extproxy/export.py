@@ -14,7 +14,8 @@ first and last hash, time range, who and when, the recorder's gaps in the range,
 SHA-256) is signed with the server's Ed25519 key (exportsigning.py), so that an auditor checks
 it with the public key alone.
 
-`exportproof.verify` checks a file against a manifest and names the first bad line and what is wrong.
+`exportproof.verify` checks a file against a manifest and names the first bad line and what is wrong;
+exportstream.py serves the chunks and saves the manifest.
 This module reads records and writes only Export rows (the manifests); it never alters calls.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import hashlib
 import re
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -347,54 +348,3 @@ class ExportRun:
 
         calls = self.unindexed_calls.count() + self.tally.unread_binds if self.unindexed_calls is not None else 0
         return {"calls": calls, "reason": UNINDEXED_REASON} if calls else None
-
-
-def stream(run: ExportRun, records: Iterable[list[Any]]) -> Generator[bytes, None, None]:
-    """The file's chunks; when the last one is out, the signed manifest is saved (models.Export)."""
-    from .models import Export
-
-    row = Export.objects.create(export_id=run.export_id, kind=run.kind, format=run.fmt, user=run.user,
-                                filters=run.filters, started_at=run.started_at)
-    yield from run.lines(records)
-    row.finished_at = timezone.now()
-    row.manifest = run.manifest
-    _save_manifest(row)
-
-
-def _save_manifest(row: Any, attempts: int = 5) -> None:
-    """The file is out: its manifest must be kept. SQLite can refuse a write for a moment while
-    other connections write (locked table); try again briefly rather than lose it."""
-    import logging
-    import time
-
-    from django.db import OperationalError
-
-    for attempt in range(attempts):
-        try:
-            row.save(update_fields=["finished_at", "manifest"])
-            return
-        except OperationalError:
-            if attempt == attempts - 1:
-                logging.getLogger(__name__).exception("export %s: the manifest could not be saved", row.export_id)
-                raise
-            time.sleep(0.1 * (attempt + 1))
-
-
-def _next_chunk(chunks: Generator[bytes, None, None]) -> bytes | None:
-    return next(chunks, None)
-
-
-async def as_async(chunks: Generator[bytes, None, None]) -> AsyncIterator[bytes]:
-    """Serve a sync chunk generator from the event loop without reading it all first: each
-    chunk is produced in Django's sync thread (where its database cursor lives)."""
-    from asgiref.sync import sync_to_async
-
-    step = sync_to_async(_next_chunk, thread_sensitive=True)
-    try:
-        while True:
-            chunk = await step(chunks)
-            if chunk is None:
-                return
-            yield chunk
-    finally:
-        await sync_to_async(chunks.close, thread_sensitive=True)()
