@@ -1,6 +1,15 @@
 """Serving an export: its chunks as the server sends them (a plain generator, or an async
 iterator under ASGI), and its signed manifest saved once the last byte is out (models.Export).
-export.py makes the records, the chain and the manifest."""
+export.py makes the records, the chain and the manifest.
+
+An export whose records fail mid-stream (the database refused the next chunk of calls, say)
+would leave a file that, without its manifest, reads as a shorter export. So ExportRun.lines
+ends such a file with a mark no record can be (exportproof.interrupted_line) saying after how
+many records and why, in words of our own (export.interruption: the exception's class, never
+its text: a database error can quote SQL and values; the trace goes to the server's log), and the
+manifest says `interrupted`. A client that goes away mid-stream cannot be marked: nothing more
+reaches it.
+"""
 from __future__ import annotations
 
 import logging
@@ -21,6 +30,8 @@ def stream(run: ExportRun, records: Iterable[list[Any]]) -> Generator[bytes, Non
     row = Export.objects.create(export_id=run.export_id, kind=run.kind, format=run.fmt, user=run.user,
                                 filters=run.filters, started_at=run.started_at)
     yield from run.lines(records)
+    if run.manifest is None:  # interrupted, and the database refused the manifest's questions too
+        return
     row.finished_at = timezone.now()
     row.manifest = run.manifest
     _save_manifest(row)

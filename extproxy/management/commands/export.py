@@ -124,6 +124,9 @@ class Command(BaseCommand):
                 target.flush()
         if progress:
             progress.show(run, final=True)
+        if run.manifest is None:  # its records failed, and the database refused the manifest's questions too
+            raise CommandError(f"{output or 'stdout'}: the export was INTERRUPTED after {run.records} records "
+                               f"({(run.interrupted or {}).get('reason')}); no manifest could be made")
         Path(manifest_path).write_text(json.dumps(run.manifest, indent=2) + "\n")
         note = "" if not run.manifest or run.manifest["complete"] else " NOT complete: " + incomplete(run.manifest)
         seconds = time.perf_counter() - started
