@@ -85,10 +85,16 @@ def unindexed() -> Q:
     not among them."""
     from .models import NodeSet
 
+    gone = ~Exists(NodeSet.objects.filter(pk=OuterRef("node_set_id")))
+    return without_set() | (Q(node_set__isnull=False) & gone)
+
+
+def without_set() -> Q:
+    """`unindexed` but for sets gone: read from each call's own row, no subquery, so that a
+    listing can count them cheaply (sets go only when no kept call refers to them)."""
     had_nodes = Q(node_count__gt=0) | Q(passed_count__gt=0) | Q(failed_count__gt=0) | Q(unresolvable_count__gt=0)
     never_read = Q(node_count=0, pod_uid="")
-    gone = ~Exists(NodeSet.objects.filter(pk=OuterRef("node_set_id")))
-    return (Q(node_set__isnull=True) & (had_nodes | never_read)) | (Q(node_set__isnull=False) & gone)
+    return Q(node_set__isnull=True) & (had_nodes | never_read)
 
 
 class NodeSets:
