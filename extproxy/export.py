@@ -14,17 +14,19 @@ first and last hash, time range, who and when, the recorder's gaps in the range,
 SHA-256) is signed with the server's Ed25519 key (exportsigning.py), so that an auditor checks
 it with the public key alone.
 
-`exportproof.verify` checks a file against a manifest and names the first bad line and what is wrong.
+`exportproof.verify` checks a file against a manifest and names the first bad line and what is wrong;
+exportstream.py serves the chunks and saves the manifest.
 This module reads records and writes only Export rows (the manifests); it never alters calls.
 """
 from __future__ import annotations
 
 import csv
 import hashlib
+import logging
 import re
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -227,6 +229,16 @@ def ndjson_encoder(columns: list[str]) -> Callable[[list[Any]], bytes]:
     return encode
 
 
+def interruption(exc: Exception, written: int) -> dict[str, Any]:
+    """What an interrupted export's mark and manifest say (exportstream.py): the kind of failure
+    only, never its text (a database error can quote SQL and values) nor a trace."""
+    from django.db import DatabaseError
+
+    what = "the database failed while the records were read" if isinstance(exc, DatabaseError) else \
+        "the server failed while the records were made"
+    return {"after_records": written, "reason": f"{what} ({type(exc).__name__})"}
+
+
 # --- one export ------------------------------------------------------------------------------
 
 
@@ -251,6 +263,8 @@ class ExportRun:
     file_bytes: int = 0
     manifest: dict[str, Any] | None = None
     still_open: dict[str, Any] | None = None  # calls of the range may still arrive (gaps.still_open)
+    # Its records failed mid-stream (interruption): after how many, and why; the file ends with a mark.
+    interrupted: dict[str, Any] | None = None
     # Node-filtered: the selection's other calls the node index cannot speak for
     # (api.filters.ExportCallFilter.unindexed); counted in the manifest, which is then not complete.
     unindexed_calls: QuerySet | None = None
@@ -276,29 +290,35 @@ class ExportRun:
         sha256 = hashlib.sha256
         previous_hex = previous.encode()
         csv_format = self.fmt == "csv"
-        count = 0
-        for count, values in enumerate(records, 1):
-            values[0] = count
-            body = encode(values)
-            previous_hex = sha256(previous_hex + b"\n" + body).hexdigest().encode()
-            if csv_format:
-                line = body + b"," + previous_hex + b"\n"
-            else:
-                line = body[:-1] + b',"hash":"' + previous_hex + b'"}\n'
-            buffer.append(line)
-            size += len(line)
-            if count == 1:
-                self.first_hash = previous_hex.decode()
-            if size >= CHUNK_BYTES:
-                self.records = count
-                yield self._emit(buffer)
-                buffer, size = [], 0
-        self.records = count
-        previous = previous_hex.decode()
-        self.last_hash = previous if self.records else None
+        written = 0  # records whole in the buffer or sent: what an interrupted file holds
+        try:
+            for count, values in enumerate(records, 1):
+                values[0] = count
+                body = encode(values)
+                previous_hex = sha256(previous_hex + b"\n" + body).hexdigest().encode()
+                if csv_format:
+                    line = body + b"," + previous_hex + b"\n"
+                else:
+                    line = body[:-1] + b',"hash":"' + previous_hex + b'"}\n'
+                buffer.append(line)
+                written = count
+                size += len(line)
+                if count == 1:
+                    self.first_hash = previous_hex.decode()
+                if size >= CHUNK_BYTES:
+                    self.records = count
+                    yield self._emit(buffer)
+                    buffer, size = [], 0
+        except Exception as exc:  # the records failed mid-stream (a client gone is GeneratorExit: not caught)
+            logging.getLogger(__name__).error("export %s: interrupted after %d records", self.export_id, written,
+                                              exc_info=exc)
+            self.interrupted = interruption(exc, written)
+            buffer.append(proof.interrupted_line(self.fmt, written, self.interrupted["reason"]))
+        self.records = written
+        self.last_hash = previous_hex.decode() if written else None
         if buffer:
             yield self._emit(buffer)
-        self.manifest = self.build_manifest()
+        self.manifest = self.build_manifest() if self.interrupted is None else self.manifest_if_possible()
 
     def _emit(self, buffer: list[bytes]) -> bytes:
         chunk = b"".join(buffer)
@@ -336,9 +356,22 @@ class ExportRun:
             "gaps": gaps,
             "still_open": self.still_open,
             "unindexed": unindexed,
-            "complete": not gaps and not self.still_open and not unindexed,
+            "interrupted": self.interrupted,
+            "complete": not gaps and not self.still_open and not unindexed and not self.interrupted,
         }
         return signing.sign(manifest)
+
+    def manifest_if_possible(self) -> dict[str, Any] | None:
+        """An interrupted export's manifest, when the database still answers what it asks (its
+        gaps, its unindexed count); else none: the file's mark alone says it was interrupted."""
+        from django.db import DatabaseError
+
+        try:
+            return self.build_manifest()
+        except DatabaseError:
+            logging.getLogger(__name__).exception("export %s: interrupted, and no manifest could be made",
+                                                  self.export_id)
+            return None
 
     def unindexed(self) -> dict[str, Any] | None:
         """Node-filtered: the selection's calls that the node index cannot tell of (and binds
@@ -347,54 +380,3 @@ class ExportRun:
 
         calls = self.unindexed_calls.count() + self.tally.unread_binds if self.unindexed_calls is not None else 0
         return {"calls": calls, "reason": UNINDEXED_REASON} if calls else None
-
-
-def stream(run: ExportRun, records: Iterable[list[Any]]) -> Generator[bytes, None, None]:
-    """The file's chunks; when the last one is out, the signed manifest is saved (models.Export)."""
-    from .models import Export
-
-    row = Export.objects.create(export_id=run.export_id, kind=run.kind, format=run.fmt, user=run.user,
-                                filters=run.filters, started_at=run.started_at)
-    yield from run.lines(records)
-    row.finished_at = timezone.now()
-    row.manifest = run.manifest
-    _save_manifest(row)
-
-
-def _save_manifest(row: Any, attempts: int = 5) -> None:
-    """The file is out: its manifest must be kept. SQLite can refuse a write for a moment while
-    other connections write (locked table); try again briefly rather than lose it."""
-    import logging
-    import time
-
-    from django.db import OperationalError
-
-    for attempt in range(attempts):
-        try:
-            row.save(update_fields=["finished_at", "manifest"])
-            return
-        except OperationalError:
-            if attempt == attempts - 1:
-                logging.getLogger(__name__).exception("export %s: the manifest could not be saved", row.export_id)
-                raise
-            time.sleep(0.1 * (attempt + 1))
-
-
-def _next_chunk(chunks: Generator[bytes, None, None]) -> bytes | None:
-    return next(chunks, None)
-
-
-async def as_async(chunks: Generator[bytes, None, None]) -> AsyncIterator[bytes]:
-    """Serve a sync chunk generator from the event loop without reading it all first: each
-    chunk is produced in Django's sync thread (where its database cursor lives)."""
-    from asgiref.sync import sync_to_async
-
-    step = sync_to_async(_next_chunk, thread_sensitive=True)
-    try:
-        while True:
-            chunk = await step(chunks)
-            if chunk is None:
-                return
-            yield chunk
-    finally:
-        await sync_to_async(chunks.close, thread_sensitive=True)()

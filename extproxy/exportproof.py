@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import csv
 import hashlib
 import hmac
+import io
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -76,6 +78,35 @@ def split_line(fmt: str, line: bytes) -> tuple[bytes, str]:
     if any(c not in "0123456789abcdef" for c in digest):
         raise ValueError("not a record: its hash is not 64 hex digits")
     return body, digest
+
+
+# An export whose server could not finish its records (the database failed mid-stream) ends
+# with one line no record can be: in JSON Lines an object that starts with "interrupted" and has
+# neither seq nor hash; in CSV a row whose first cell is "interrupted" where a record's seq is,
+# then the records written before it and why. Its manifest says `interrupted` too.
+INTERRUPTED = "interrupted"
+
+
+def interrupted_line(fmt: str, after_records: int, reason: str) -> bytes:
+    """The mark that ends an interrupted export's file (with its newline)."""
+    if fmt == "ndjson":
+        mark = {INTERRUPTED: True, "after_records": after_records, "reason": reason}
+        return json.dumps(mark, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    row = io.StringIO()
+    csv.writer(row, lineterminator="\n").writerow([INTERRUPTED, after_records, reason])
+    return row.getvalue().encode()
+
+
+def interruption(fmt: str, line: bytes) -> str | None:
+    """The reason an interrupted export's mark gives, or None when `line` is not a mark."""
+    if not line.startswith(b'{"interrupted":' if fmt == "ndjson" else b"interrupted,"):
+        return None
+    text = line.decode("utf-8", "replace")
+    try:
+        reason = json.loads(text).get("reason") if fmt == "ndjson" else next(csv.reader([text]))[2]
+    except (ValueError, AttributeError, IndexError):
+        reason = None
+    return str(reason or "no reason given")
 
 
 # --- the manifest's signature --------------------------------------------------------------
@@ -239,7 +270,14 @@ def _check_records(lines: Iterator[tuple[int, bytes, bool]], fmt: str, columns: 
         header = next(lines, None)
         if header is None or header[1] != ",".join(columns + ["hash"]).encode():
             return Verdict(False, "line 1: not the header this manifest's columns make", 1)
+    mark = None
     for number, line, ended in lines:
+        if mark is not None:
+            return Verdict(False, f"line {number}: a line after the mark that the export was interrupted "
+                                  f"(added)", number)
+        mark = interruption(fmt, line)
+        if mark is not None:  # its bytes are checked with the file's SHA-256 below
+            continue
         seq += 1
         try:
             body, digest = split_line(fmt, line)
@@ -269,18 +307,27 @@ def _check_records(lines: Iterator[tuple[int, bytes, bool]], fmt: str, columns: 
 
 
 def incomplete(manifest: dict) -> str:
-    """Why a manifest is not complete, in words: its gaps, an open range, calls the node index
-    could not tell of (a node-filtered export)."""
+    """Why a manifest is not complete, in words: its gaps, an open range, records its server could
+    not finish (interrupted), calls the node index could not tell of (a node-filtered export)."""
     gaps = manifest.get("gaps") or []
-    missing = ", ".join(f"{g['calls']} {g['reason']}" for g in gaps)
+    missing = ", ".join(f"{gap_count(g)} {g.get('reason')}" for g in gaps)
     why = [f"{'events' if manifest.get('kind') == 'audit' else 'calls'} missing from the records: {missing}"] if gaps else []
     if manifest.get("still_open"):
         why.append(f"the range is still open: {manifest['still_open'].get('reason')}, "
                    f"stored up to {manifest['still_open'].get('stored_up_to')}")
+    if manifest.get("interrupted"):
+        why.append(f"the export was INTERRUPTED after {manifest['interrupted'].get('after_records')} records: "
+                   f"{manifest['interrupted'].get('reason')}")
     if manifest.get("unindexed"):
         why.append(f"{manifest['unindexed'].get('calls')} calls of the selection not checked for the node: "
                    f"{manifest['unindexed'].get('reason')}")
     return "; ".join(why) or "see the manifest"
+
+
+def gap_count(gap: dict) -> Any:
+    """A gap's count: `events` in an audit export's gap (pruned audit events), `calls` in a calls
+    export's, and in audit exports whose manifests were made before they said `events`."""
+    return gap["events"] if "events" in gap else gap.get("calls")
 
 
 def _why_broken(fmt: str, body: bytes, digest: str, expected_seq: int, previous: str, manifest: dict) -> str:

@@ -117,10 +117,13 @@ def of_kind(kind: str) -> Q:
 
 def gaps_overlapping(since: datetime | None, until: datetime | None, kind: str = "calls") -> list[dict[str, Any]]:
     """Per reason: records missing in gaps overlapping [since, until), and the span they cover;
-    kind "calls" (dropped or pruned calls) or "audit" (pruned audit events)."""
+    kind "calls" (dropped or pruned calls, counted in `calls`) or "audit" (pruned audit events,
+    counted in `events`: no call is missing). Manifests made before audit gaps said `events`
+    count them in `calls`; exportproof reads both."""
     from .models import RecordingGap
 
     gaps = RecordingGap.objects.filter(of_kind(kind))
+    count_key = "events" if kind == "audit" else "calls"
     if since is not None:
         gaps = gaps.filter(last_at__gte=since)
     if until is not None:
@@ -130,7 +133,7 @@ def gaps_overlapping(since: datetime | None, until: datetime | None, kind: str =
         of_reason = gaps.filter(reason=row["reason"])
         first = of_reason.order_by("first_at").values_list("first_at", flat=True).first()
         last = of_reason.order_by("-last_at").values_list("last_at", flat=True).first()
-        found.append({"reason": row["reason"], "calls": row["calls"], "first_at": _iso(first), "last_at": _iso(last)})
+        found.append({"reason": row["reason"], count_key: row["calls"], "first_at": _iso(first), "last_at": _iso(last)})
     return found
 
 

@@ -6,14 +6,15 @@ NodeSetEntry per pair) and a call carries the set's id (Call.node_set): the usua
 indexing a call is one integer in its row; a new set costs one row per pair, once.
 
 `NodeSets.assign` is called by the recorder inside the batch's transaction, before the Call
-rows are inserted. It remembers the ids of sets it has stored (bounded); it forgets them when
+rows are inserted (and by the replay runner for each replay it records, replay/runner.store). It remembers the ids of sets it has stored (bounded); it forgets them when
 the transaction does not commit, and refreshes a set's last_seen at most every TOUCH_EVERY
 while calls use it, so retention (which deletes sets no kept call refers to) never deletes a
 set it remembers. Off with EXTPROXY_NODE_INDEX=0. This module must not decide verdicts: it
 stores the decisions the recorder built.
 
 Readers: `involving` (the calls whose set names a node) and `unindexed` (the calls no set speaks
-for: recorded while the index was off, replays, records whose request was never read, sets gone),
+for: recorded while the index was off, replays recorded before replays were indexed, records
+whose request was never read, sets gone),
 so that whoever promises completeness (exports) can say what the index cannot.
 """
 from __future__ import annotations
@@ -66,15 +67,16 @@ def involving(node: str, verdict: str | None = None) -> Q:
     return Q(node_set__in=entries.values("node_set_id"))
 
 
-UNINDEXED_REASON = ("not in the node index (recorded while EXTPROXY_NODE_INDEX=0, replays, records whose request "
-                    "was not read, node sets gone): whether they involved the node is not known")
+UNINDEXED_REASON = ("not in the node index (recorded while EXTPROXY_NODE_INDEX=0, replays recorded before replays "
+                    "were indexed, records whose request was not read, node sets gone): whether they involved the "
+                    "node is not known")
 
 
 def unindexed() -> Q:
     """Calls the index cannot speak for, which `involving` never finds whatever nodes they had:
 
     - no set although the call had nodes or verdicts: recorded while the index was off
-      (EXTPROXY_NODE_INDEX=0), or a replay (replays are stored without sets);
+      (EXTPROXY_NODE_INDEX=0), or a replay recorded before the runner indexed replays;
     - no set, no nodes and no pod: a record whose request was never read (a raw record, a
       request the scheduler's decoder would refuse), whose nodes are not known;
     - a set that is gone (the call refers to a set id no longer stored).
@@ -83,10 +85,16 @@ def unindexed() -> Q:
     not among them."""
     from .models import NodeSet
 
+    gone = ~Exists(NodeSet.objects.filter(pk=OuterRef("node_set_id")))
+    return without_set() | (Q(node_set__isnull=False) & gone)
+
+
+def without_set() -> Q:
+    """`unindexed` but for sets gone: read from each call's own row, no subquery, so that a
+    listing can count them cheaply (sets go only when no kept call refers to them)."""
     had_nodes = Q(node_count__gt=0) | Q(passed_count__gt=0) | Q(failed_count__gt=0) | Q(unresolvable_count__gt=0)
     never_read = Q(node_count=0, pod_uid="")
-    gone = ~Exists(NodeSet.objects.filter(pk=OuterRef("node_set_id")))
-    return (Q(node_set__isnull=True) & (had_nodes | never_read)) | (Q(node_set__isnull=False) & gone)
+    return Q(node_set__isnull=True) & (had_nodes | never_read)
 
 
 class NodeSets:

@@ -41,7 +41,7 @@ def test_pruned_audit_events_are_a_gap_in_audit_exports_of_their_range():
     old = (now - timedelta(days=700)).strftime("%Y-%m-%dT%H:%M:%SZ")
     body, manifest = export(client, f"/api/audit/export/?format=ndjson&since={old}")
     assert manifest["complete"] is False  # was true: retention's deletions were not reported
-    assert [(g["reason"], g["calls"]) for g in manifest["gaps"]] == [("audit-pruned-age", 3)]
+    assert [(g["reason"], g["events"]) for g in manifest["gaps"]] == [("audit-pruned-age", 3)]  # was "calls"
     verdict = verify(io.BytesIO(body), manifest)
     assert verdict.ok and not verdict.complete and "3 audit-pruned-age" in verdict.message
     assert "events missing" in verdict.message

@@ -1,7 +1,7 @@
 """Exports and the node: a bind's record names the node it bound to however it was recorded
 (the node index off, a raw record, its set gone, the combined form), a node-filtered export
 finds those binds, and it says it is not complete when the selection holds calls the node index
-cannot speak for (recorded with the index off, replays, raw records) rather than leaving them out
+cannot speak for (recorded with the index off, replays stored unindexed, raw records) rather than leaving them out
 silently. A bind's target comes with its row: no query of its own."""
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_replays_are_calls_the_index_cannot_speak_for(record):
     original = Call.objects.get(pk=record("filter", FILTER, FILTER_REPLY))
     Call.objects.create(**{f.attname: getattr(original, f.attname) for f in Call._meta.concrete_fields
                            if f.attname not in ("id", "call_id", "node_set_id", "is_replay")},
-                        is_replay=True, replay_of=original)  # runner.store keeps no node set
+                        is_replay=True, replay_of=original)  # as stored before the runner indexed replays
     client = auditor()
     _, manifest = fetch(client, "format=ndjson&node=node-x")
     assert manifest["complete"] is True  # replays are left out by default

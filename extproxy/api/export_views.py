@@ -21,7 +21,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import export, exportsigning
+from .. import export, exportsigning, exportstream
 from ..audit import Action, audit, source_of
 from ..models import AuditEvent, Call, Export
 from ..roles import Perm
@@ -85,8 +85,8 @@ class _ExportView(generics.GenericAPIView):
             records = export.call_records(queryset, run.tally, cleaned.get("node") or None)
         else:
             records = export.audit_records(queryset, run.tally)
-        chunks = export.stream(run, records)
-        body = export.as_async(chunks) if isinstance(request._request, ASGIRequest) else chunks
+        chunks = exportstream.stream(run, records)
+        body = exportstream.as_async(chunks) if isinstance(request._request, ASGIRequest) else chunks
         response = StreamingHttpResponse(body, content_type=CONTENT_TYPES[fmt])
         stamp = run.started_at.strftime("%Y%m%dT%H%M%SZ")
         response["Content-Disposition"] = f'attachment; filename="extproxy-{self.kind}-{stamp}.{fmt}"'

@@ -129,9 +129,14 @@ class CallFilter(df.FilterSet):
             queryset = self.filter_node(queryset, node, verdict)
         return queryset
 
+    # With `node`: the selection's calls (the other filters, the range) that have no node set,
+    # which the listing cannot find; /api/calls/ counts them (api/views.py).
+    unindexed: QuerySet | None = None
+
     def filter_node(self, queryset: QuerySet, node: str, verdict: str | None) -> QuerySet:
         """Listings read the node index only (nodeindex.involving): a call it cannot speak for
         (nodeindex.unindexed) is not found. Exports do more (ExportCallFilter)."""
+        self.unindexed = queryset.filter(nodeindex.without_set())
         return queryset.filter(nodeindex.involving(node, verdict))
 
 
@@ -141,8 +146,6 @@ class ExportCallFilter(CallFilter):
     request names the node: export.call_records), and the other calls it cannot speak for are
     kept in `unindexed`, for the manifest to count (whether they involved the node is not known).
     """
-
-    unindexed: QuerySet | None = None
 
     def filter_node(self, queryset: QuerySet, node: str, verdict: str | None) -> QuerySet:
         unknown = nodeindex.unindexed()

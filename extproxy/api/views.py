@@ -14,6 +14,12 @@ from .permissions import needs
 from .serializers import AuditEventSerializer, CallDetailDoc, CallDoc, CallSerializer
 
 
+UNINDEXED_COUNTED = 1000  # at most this many rows read to count them: one bounded query per page
+LISTING_UNINDEXED_REASON = ("no node set (recorded while EXTPROXY_NODE_INDEX=0, replays recorded before replays were "
+                            "indexed, records whose request was not read): whether they involved the node is not "
+                            "known, and this listing does not show them (an export reads the binds among them)")
+
+
 class NewestFirst(StrictCursorPagination):
     ordering = ("-started_at", "-id")
 
@@ -38,6 +44,19 @@ class CallViewSet(viewsets.ReadOnlyModelViewSet):
         if self.action == "list":
             queryset = queryset.defer("request_body", "response_body", "decisions_blob")
         return queryset
+
+    def list(self, request, *args, **kwargs):
+        """With `node`: besides the page, `unindexed`: how many calls of the selection (the other
+        filters, the range) the node index cannot speak for, which no page lists (counted up to
+        UNINDEXED_COUNTED: a bounded count, `more` past it)."""
+        response = super().list(request, *args, **kwargs)
+        if request.query_params.get("node"):
+            filterset = StrictFilterBackend().filterset(request, self.get_queryset(), self)
+            if filterset.unindexed is not None:
+                found = filterset.unindexed.values("pk")[: UNINDEXED_COUNTED + 1].count()
+                response.data["unindexed"] = {"calls": min(found, UNINDEXED_COUNTED), "more": found > UNINDEXED_COUNTED,
+                                              "reason": LISTING_UNINDEXED_REASON}
+        return response
 
     def get_serializer_context(self):
         context = super().get_serializer_context()

@@ -32,6 +32,7 @@ import msgspec
 from .. import protocol
 from ..bodies import request_of
 from ..config import BackendConfig, ProxyConfig, RedactionConfig
+from ..nodeindex import NodeSets
 from ..backends.base import StreamBroken
 from ..recorder import AttemptTracker, NodeDeduper, build_call, compress
 from ..recording.bulk import make_storable
@@ -118,6 +119,9 @@ class Replayer:
         self.nodes = NodeDeduper(config.redaction, redaction_cache_bytes=REDACTION_CACHE_BYTES,
                                  stored_body_bytes=STORED_BODY_CACHE_BYTES)
         self.attempts = AttemptTracker(max_pods=1)
+        # Replays are indexed as the recorder indexes calls: a node-filtered export of them is then
+        # complete, and `?node=` lists them. Kept per run so a set it stored costs no query again.
+        self.node_sets = NodeSets()
 
     def engine_for(self, original: Original):
         """The engine for this call: the configuration, with the target standing in for the
@@ -271,8 +275,8 @@ def missing_words(missing: list[int], asked: int, shown: int = 20) -> str:
     return f"{len(missing)} of the {asked} call ids name no recorded call (pruned or mistyped): {named}"
 
 
-def store(result: Result, run, nodes: NodeDeduper) -> Any:
-    """Record the replay (linked to its original) and its ReplayItem, in one transaction.
+def store(result: Result, run, nodes: NodeDeduper, node_sets: NodeSets | None = None) -> Any:
+    """Record the replay (linked to its original, with its node set) and its ReplayItem, in one transaction.
     The item's error is redacted and bounded as a call's is: it can quote a target's URL with
     its password, or an exception's text of any length."""
     from django.db import transaction
@@ -290,6 +294,7 @@ def store(result: Result, run, nodes: NodeDeduper) -> Any:
                 )
             replay = make_storable(result.call)
             replay.is_replay, replay.replay_of_id, replay.attempt = True, result.original.call_id, ""
+            (node_sets or NodeSets()).assign([replay])  # build_call's pairs; a no-op while EXTPROXY_NODE_INDEX=0
             replay.save()
             for child in result.children:
                 make_storable(child).call = replay
@@ -367,7 +372,7 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
                 next_at = max(next_at, time.monotonic() - 1.0) + interval  # at most a second of catch-up burst
             check_cancelled(run)  # replay/cancel.py: raises Cancelled once the run is cancelled
             result = replayer.replay(Original.from_call(call))
-            store(result, run, replayer.nodes)
+            store(result, run, replayer.nodes, replayer.node_sets)
             progress.add(result)
             if on_result is not None:
                 on_result(result)

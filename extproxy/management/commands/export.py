@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from extproxy import export
+from extproxy import export, exportstream
 from extproxy.exportproof import incomplete
 from extproxy.exportsigning import SigningKeyError, private_key
 from extproxy.api.filters import AuditFilter, CallFilter, ExportCallFilter
@@ -113,7 +113,7 @@ class Command(BaseCommand):
         target: BinaryIO = open(output, "wb") if output else sys.stdout.buffer
         started = time.perf_counter()
         try:
-            for chunk in export.stream(run, records):
+            for chunk in exportstream.stream(run, records):
                 target.write(chunk)
                 if progress:
                     progress.show(run)
@@ -124,6 +124,9 @@ class Command(BaseCommand):
                 target.flush()
         if progress:
             progress.show(run, final=True)
+        if run.manifest is None:  # its records failed, and the database refused the manifest's questions too
+            raise CommandError(f"{output or 'stdout'}: the export was INTERRUPTED after {run.records} records "
+                               f"({(run.interrupted or {}).get('reason')}); no manifest could be made")
         Path(manifest_path).write_text(json.dumps(run.manifest, indent=2) + "\n")
         note = "" if not run.manifest or run.manifest["complete"] else " NOT complete: " + incomplete(run.manifest)
         seconds = time.perf_counter() - started
