@@ -82,7 +82,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "extproxy.untrusted_https.UntrustedHttpsProxyMiddleware",  # before the https redirect it explains
+    "extproxy.untrusted_https.untrusted_https_proxy_middleware",  # before the https redirect it explains
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -91,7 +91,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "extproxy.csp.ContentSecurityPolicyMiddleware",
+    "extproxy.csp.content_security_policy_middleware",
     "django_htmx.middleware.HtmxMiddleware",
     "extproxy.audit.audit_actor_middleware",
 ]
