@@ -6,30 +6,28 @@ capable, so async views get no thread hop on its account.
 """
 from __future__ import annotations
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction
 from django.conf import settings
+from django.utils.decorators import sync_and_async_middleware
 
 
-class ContentSecurityPolicyMiddleware:
-    sync_capable = True
-    async_capable = True
+@sync_and_async_middleware
+def content_security_policy_middleware(get_response):
+    policy = settings.EXTPROXY_CSP
 
-    def __init__(self, get_response) -> None:
-        self.get_response = get_response
-        self.policy = settings.EXTPROXY_CSP
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request):
-        if self.is_async:
-            return self._acall(request)
-        return self._add(self.get_response(request))
-
-    async def _acall(self, request):
-        return self._add(await self.get_response(request))
-
-    def _add(self, response):
-        if self.policy:
-            response.headers.setdefault("Content-Security-Policy", self.policy)
+    def add(response):
+        if policy:
+            response.headers.setdefault("Content-Security-Policy", policy)
         return response
+
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request):
+            return add(await get_response(request))
+
+    else:
+
+        def middleware(request):  # type: ignore[misc]
+            return add(get_response(request))
+
+    return middleware

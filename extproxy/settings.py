@@ -82,7 +82,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "extproxy.untrusted_https.UntrustedHttpsProxyMiddleware",  # before the https redirect it explains
+    "extproxy.untrusted_https.untrusted_https_proxy_middleware",  # before the https redirect it explains
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -91,7 +91,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "extproxy.csp.ContentSecurityPolicyMiddleware",
+    "extproxy.csp.content_security_policy_middleware",
     "django_htmx.middleware.HtmxMiddleware",
     "extproxy.audit.audit_actor_middleware",
 ]
@@ -145,10 +145,17 @@ def _unreachable_limits() -> dict:
     (a partition, a node gone): libpq's defaults wait 130 s to connect, and on an open connection
     for TCP's own retries (about 15 minutes). Meanwhile the recorder's loop and its reports stood
     still, and a request held its pooled connection. Keepalives find a silent peer of an idle
-    connection, the user timeout one that leaves what was sent unacknowledged."""
-    return {"connect_timeout": envint("EXTPROXY_DB_CONNECT_TIMEOUT", 10),
-            "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
-            "tcp_user_timeout": 60_000}  # milliseconds
+    connection, the user timeout one that leaves what was sent unacknowledged (or cannot send it:
+    a peer whose window stays shut). EXTPROXY_DB_TCP_USER_TIMEOUT (seconds) sets that one; 0 leaves
+    it to the kernel (TCP's retries, about 15 minutes; a shut window, for ever)."""
+    limits = {"connect_timeout": envint("EXTPROXY_DB_CONNECT_TIMEOUT", 10),
+              "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+    user_timeout = envfloat("EXTPROXY_DB_TCP_USER_TIMEOUT", 60.0)
+    if user_timeout < 0:
+        raise ValueError(f"EXTPROXY_DB_TCP_USER_TIMEOUT={user_timeout}: expected seconds, 0 or more")
+    if user_timeout:
+        limits["tcp_user_timeout"] = max(1, round(user_timeout * 1000))  # libpq takes milliseconds
+    return limits
 
 
 def _pool_options() -> dict:

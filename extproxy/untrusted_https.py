@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 import re
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.http import HttpResponse
+from django.utils.decorators import sync_and_async_middleware
 
 from .ratelog import RateLimitedLog
 
@@ -47,22 +48,19 @@ def _answer(reason: str) -> HttpResponse:
     return HttpResponse(reason + "\n", status=500, content_type="text/plain; charset=utf-8")
 
 
-class UntrustedHttpsProxyMiddleware:
-    sync_capable = True
-    async_capable = True
+@sync_and_async_middleware
+def untrusted_https_proxy_middleware(get_response):
+    """Answers the request whose https redirect would loop (loop_reason) instead of redirecting."""
+    if iscoroutinefunction(get_response):
 
-    def __init__(self, get_response) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
+        async def middleware(request):
+            reason = loop_reason(request)
+            return _answer(reason) if reason else await get_response(request)
 
-    def __call__(self, request):
-        if self.is_async:
-            return self._acall(request)
-        reason = loop_reason(request)
-        return _answer(reason) if reason else self.get_response(request)
+    else:
 
-    async def _acall(self, request):
-        reason = loop_reason(request)
-        return _answer(reason) if reason else await self.get_response(request)
+        def middleware(request):  # type: ignore[misc]
+            reason = loop_reason(request)
+            return _answer(reason) if reason else get_response(request)
+
+    return middleware

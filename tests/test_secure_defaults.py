@@ -88,6 +88,17 @@ def test_it_sends_csp_and_refuses_unknown_hosts(client, settings):
     assert client.get("/accounts/login/", HTTP_HOST="evil.example").status_code == 400
 
 
+def test_it_sends_csp_on_the_asgi_path_too(transactional_db):
+    """Under uvicorn the middleware chain is async: the policy is added there as well."""
+    from django.conf import settings
+
+    from tests.test_deploy_forwarded import ServedDjango
+
+    with ServedDjango(trusted="127.0.0.1") as served:
+        page = served.get("/accounts/login/")
+    assert page.status_code == 200 and page.headers["Content-Security-Policy"] == settings.EXTPROXY_CSP
+
+
 @pytest.mark.django_db
 def test_it_sends_hsts_and_secure_cookies_behind_tls(client, settings, django_user_model):
     settings.SECURE_HSTS_SECONDS = 31536000

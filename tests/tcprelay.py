@@ -1,0 +1,108 @@
+"""A TCP relay on loopback in front of a server, that a test can freeze: a peer that stops
+answering without closing.
+
+Frozen, it reads nothing more from either side and takes no new connection; each connection's
+socket towards the client was made with a small receive buffer, so the client's kernel soon
+finds the window shut and whatever the client still has to send stays unsent, unacknowledged,
+as towards a host that died. Nothing is closed or reset meanwhile. Thawed, it relays again.
+
+`freeze_after(n)`: it relays `n` more bytes from the clients, then freezes, in the middle of
+whatever the client is sending (a COPY), so the client is caught sending rather than waiting for
+an answer to what was already taken.
+"""
+from __future__ import annotations
+
+import select
+import socket
+import threading
+
+RECEIVE_BUFFER = 4096  # towards the client: the kernel doubles it; the window closes after ~8 KiB
+
+
+class FreezableRelay:
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)  # accepted ones inherit it
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self._thawed = threading.Event()
+        self._thawed.set()
+        self._lock = threading.Lock()
+        self._budget: int | None = None  # bytes from clients still relayed before freezing; None: no limit
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def frozen(self) -> bool:
+        return not self._thawed.is_set()
+
+    def freeze_after(self, client_bytes: int) -> None:
+        with self._lock:
+            self._budget = client_bytes
+
+    def thaw(self) -> None:
+        with self._lock:
+            self._budget = None
+        self._thawed.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thawed.set()
+        self.listener.close()
+        for sock in list(self._sockets):
+            sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            self._thawed.wait()
+            if not self._wait_readable(self.listener):
+                continue
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self._sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _wait_readable(self, sock: socket.socket) -> bool:
+        try:
+            return bool(select.select([sock], [], [], 0.05)[0]) and self._thawed.is_set()
+        except (OSError, ValueError):  # closed meanwhile
+            return False
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+        try:
+            while not self._closed.is_set():
+                self._thawed.wait()
+                if not self._wait_readable(source):
+                    continue
+                data = source.recv(self._allowed() if from_client else 65536)
+                if not data:
+                    break
+                sink.sendall(data)
+                if from_client:
+                    self._spend(len(data))
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _allowed(self) -> int:
+        with self._lock:
+            return 65536 if self._budget is None else max(1, min(65536, self._budget))
+
+    def _spend(self, n: int) -> None:
+        with self._lock:
+            if self._budget is None:
+                return
+            self._budget -= n
+            if self._budget <= 0:
+                self._thawed.clear()
