@@ -59,9 +59,19 @@ def _next_chunk(chunks: Generator[bytes, None, None]) -> bytes | None:
     return next(chunks, None)
 
 
-async def as_async(chunks: Generator[bytes, None, None]) -> AsyncIterator[bytes]:
+async def as_async(chunks: Generator[bytes, None, None], run: ExportRun | None = None) -> AsyncIterator[bytes]:
     """Serve a sync chunk generator from the event loop without reading it all first: each
-    chunk is produced in Django's sync thread (where its database cursor lives)."""
+    chunk is produced in Django's sync thread (where its database cursor lives).
+
+    When `run` was interrupted, its mark is the file's last line, and the transfer is broken
+    off as well (the connection closed without the stream's end), so that a client that checks
+    only the transfer (curl's exit status, a download manager) does not keep the file as whole.
+    CancelledError is how: Django's handler takes it as the end of the response's sending (as
+    for a client gone), closes the request and the response as usual, and the server, given
+    an unfinished response, closes the connection. Any other exception would skip Django's
+    clean-up."""
+    import asyncio
+
     from asgiref.sync import sync_to_async
 
     step = sync_to_async(_next_chunk, thread_sensitive=True)
@@ -69,7 +79,10 @@ async def as_async(chunks: Generator[bytes, None, None]) -> AsyncIterator[bytes]
         while True:
             chunk = await step(chunks)
             if chunk is None:
-                return
+                break
             yield chunk
     finally:
         await sync_to_async(chunks.close, thread_sensitive=True)()
+    if run is not None and run.interrupted is not None:
+        log.warning("export %s: interrupted; its transfer is broken off after the mark", run.export_id)
+        raise asyncio.CancelledError(f"export {run.export_id} interrupted")

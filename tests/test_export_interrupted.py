@@ -53,10 +53,20 @@ def auditor_session() -> requests.Session:
     return session
 
 
-def served(server, session: requests.Session, fmt: str) -> tuple[bytes, list[bytes], requests.Response]:
+def served(server, session: requests.Session, fmt: str,
+           broken_off: bool = True) -> tuple[bytes, list[bytes], requests.Response]:
+    """The file as it arrived, its chunks, and its manifest; the transfer must be broken off
+    (the connection closed before the stream's end) exactly when the export was interrupted."""
+    chunks: list[bytes] = []
     with session.get(f"{server.url}/api/export/?format={fmt}", stream=True, timeout=60) as response:
         assert response.status_code == 200
-        chunks = list(response.iter_content(chunk_size=None))
+        try:
+            for chunk in response.iter_content(chunk_size=None):
+                chunks.append(chunk)
+        except requests.exceptions.ChunkedEncodingError:
+            assert broken_off, "the transfer of an export that was not interrupted broke off"
+        else:
+            assert not broken_off, "an interrupted export's transfer ended as if it were whole"
     manifest = session.get(f"{server.url}/api/export/{response.headers['X-Export-Id']}/manifest/", timeout=10)
     assert manifest.status_code == 200, manifest.text  # was 409: no manifest for an interrupted export
     return b"".join(chunks), chunks, manifest
@@ -111,7 +121,7 @@ def test_a_database_error_mid_stream_ends_the_file_with_a_mark_and_the_manifest_
 def test_an_export_the_database_does_not_fail_has_no_mark(proxy, failing_database):
     server = proxy(None)
     bulk_calls(30, 2, datetime(2026, 12, 1, tzinfo=tz.utc))  # 3 reads: the failure never comes
-    body, _, response = served(server, auditor_session(), "ndjson")
+    body, _, response = served(server, auditor_session(), "ndjson", broken_off=False)
     manifest = response.json()
     assert manifest["interrupted"] is None and manifest["complete"] is True and manifest["records"] == 60
     assert check(body, manifest).complete and b"interrupted" not in body

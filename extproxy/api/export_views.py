@@ -86,7 +86,7 @@ class _ExportView(generics.GenericAPIView):
         else:
             records = export.audit_records(queryset, run.tally)
         chunks = exportstream.stream(run, records)
-        body = exportstream.as_async(chunks) if isinstance(request._request, ASGIRequest) else chunks
+        body = exportstream.as_async(chunks, run) if isinstance(request._request, ASGIRequest) else chunks
         response = StreamingHttpResponse(body, content_type=CONTENT_TYPES[fmt])
         stamp = run.started_at.strftime("%Y%m%dT%H%M%SZ")
         response["Content-Disposition"] = f'attachment; filename="extproxy-{self.kind}-{stamp}.{fmt}"'
