@@ -139,7 +139,8 @@ class Combined:
         for config, request, exchange in zip(backends, requests, exchanges):
             verdict = None
             if exchange.status is not None:
-                verdict = semantics.judge_filter(config, args.node_names, exchange.status, exchange.body, keep_objects=True)
+                verdict = semantics.judge_filter(config, args.node_names, exchange.status, exchange.body, keep_objects=True,
+                                               sent_items=args.items)
             results.append((config, verdict, exchange.error))
             children.append(self.child(config, Verb.FILTER, request, exchange, verdict))
         not_called = [c.name for c, e in zip(backends, exchanges) if not e.called]

@@ -38,7 +38,7 @@ from .gojson import (
     _type_error,
 )
 from .gostrings import as_go_reads
-from .objects import NodeListParts, RecentBytes, _node_list, identity_of
+from .objects import Known, NodeListParts, RecentBytes, _node_list, identity_of
 from .types import (
     BindingArgs,
     BindingResult,
@@ -114,12 +114,15 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
 
 
 @as_go_reads
-def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool = False) -> FilterResult:
+def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool = False,
+                         known: Known | None = None) -> FilterResult:
     """Decode an ExtenderFilterResult body (filter response).
 
     names_only: returned Node objects are not built: ``nodes`` holds ``{"metadata": {"name": ...}}``
     stubs (building 1000 full Nodes would cost most of the time). keep_items, with names_only:
     ``node_items`` holds each returned object's bytes as they came (for a forwarder of them).
+    known: the objects sent and their names; a returned object equal to one of them is not
+    decoded for its name (objects.names_of).
     """
     node_list: NodeListParts | None = None
     names: list[str] | None = None
@@ -128,7 +131,8 @@ def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool
     error = ""
     for name, val in _top(body, "v1.ExtenderFilterResult", _F_FILTER):
         if name == "Nodes":
-            node_list = _node_list(val, "ExtenderFilterResult.Nodes", keep_items=keep_items or not names_only)
+            node_list = _node_list(val, "ExtenderFilterResult.Nodes", keep_items=keep_items or not names_only,
+                                   known=known)
         elif name == "NodeNames":
             names = _string_list(val, "ExtenderFilterResult.NodeNames")
         elif name == "FailedNodes":

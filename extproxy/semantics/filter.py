@@ -138,7 +138,8 @@ class FilterChain(Chain):
 
     def judge(self, backend: BackendConfig, status: int, body: bytes) -> Verdict:
         """The chain's reading of a reply (no per-node decisions: the recorder makes those)."""
-        return judge_filter(backend, self._remaining, status, body, with_decisions=False, keep_objects=True)
+        return judge_filter(backend, self._remaining, status, body, with_decisions=False, keep_objects=True,
+                            sent_items=self._items)
 
     def apply(
         self, backend: BackendConfig, verdict: Verdict | None, transport_error: str = "", *, called: bool = True
