@@ -124,11 +124,15 @@ class Combined:
         if result.error:
             return Reply(200, protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error)), children
         self.bindable.allow(*_uid_ns_name(args.pod), result.passed)
-        if result.items is not None and (not args.names_mode or _unsent(result.passed, args.node_names)):
+        if result.items is not None and (
+            not args.names_mode or result.names_backend_objects or _unsent(result.passed, args.node_names)
+        ):
             # Full mode: the objects the scheduler would now hold, returned ones included. Names
             # mode too when a full-object backend returned a Node the scheduler did not send: it
             # takes such a backend's objects unchecked, but refuses a name it did not send
             # (`extender "<this proxy>" claims a filtered node ...`), so only objects say it.
+            # And when a names-only backend answered Nodes: registered with names, the scheduler
+            # would have taken them (extender.go reads Nodes when NodeNames is null).
             return Reply(200, protocol.join_filter_result(None, result.items, result.failed, result.unresolvable)), children
         return Reply(200, protocol.join_filter_result(result.passed, None, result.failed, result.unresolvable)), children
 
