@@ -205,10 +205,13 @@ def _match_known(items: Sequence[_Buf], known: Known | None) -> tuple[list[bytes
     for raw_item in items:
         item = bytes(raw_item)
         found = -1
-        for pos in range(at, min(at + _LOOK_AHEAD, count)):
-            if sent[pos] == item:
-                found = pos
-                break
+        if at < count and sent[at] == item:  # the usual case first: one comparison
+            found = at
+        else:
+            for pos in range(at + 1, min(at + _LOOK_AHEAD, count)):
+                if sent[pos] == item:
+                    found = pos
+                    break
         if found < 0:
             if index is None:
                 index = {}

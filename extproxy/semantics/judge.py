@@ -173,22 +173,17 @@ def judge_filter(
                     findings,
                 )
         passed = list(r.node_names)
-    elif r.nodes is not None:
+    elif r.node_item_names is not None:
         passed_items = r.node_items
-        passed = []
-        for node in r.nodes:
-            md = node.get("metadata") if isinstance(node, dict) else None
-            raw_name = md.get("name") if isinstance(md, dict) else None
-            name = raw_name if isinstance(raw_name, str) else ""
-            passed.append(name)
-            if name not in input_set:
-                findings.append(
-                    _finding(
-                        "name-not-in-input",
-                        f"Nodes returns {name!r}, not in the input; the scheduler accepts it "
-                        "unchecked and uses the returned object",
-                    )
+        passed = list(r.node_item_names)
+        for name in [n for n in passed if n not in input_set]:
+            findings.append(
+                _finding(
+                    "name-not-in-input",
+                    f"Nodes returns {name!r}, not in the input; the scheduler accepts it "
+                    "unchecked and uses the returned object",
                 )
+            )
     else:
         passed = []
         if r.node_names is not None:

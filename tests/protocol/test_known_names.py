@@ -47,7 +47,7 @@ def read(body: bytes, known) -> tuple:
         r = p.decode_filter_result(body, names_only=True, keep_items=True, known=known)
     except ProtocolError as exc:
         return ("error", str(exc))
-    return ([n["metadata"]["name"] for n in r.nodes or ()], r.node_items, r.nodes_metadata)
+    return (r.node_item_names, r.node_items, r.nodes_metadata)
 
 
 @pytest.mark.parametrize("case", sorted(REPLIES))
