@@ -124,11 +124,15 @@ class Combined:
         if result.error:
             return Reply(200, protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error)), children
         self.bindable.allow(*_uid_ns_name(args.pod), result.passed)
-        if result.items is not None and (not args.names_mode or _unsent(result.passed, args.node_names)):
+        if result.items is not None and (
+            not args.names_mode or result.names_backend_objects or _unsent(result.passed, args.node_names)
+        ):
             # Full mode: the objects the scheduler would now hold, returned ones included. Names
             # mode too when a full-object backend returned a Node the scheduler did not send: it
             # takes such a backend's objects unchecked, but refuses a name it did not send
             # (`extender "<this proxy>" claims a filtered node ...`), so only objects say it.
+            # And when a names-only backend answered Nodes: registered with names, the scheduler
+            # would have taken them (extender.go reads Nodes when NodeNames is null).
             return Reply(200, protocol.join_filter_result(None, result.items, result.failed, result.unresolvable)), children
         return Reply(200, protocol.join_filter_result(result.passed, None, result.failed, result.unresolvable)), children
 
@@ -139,7 +143,8 @@ class Combined:
         for config, request, exchange in zip(backends, requests, exchanges):
             verdict = None
             if exchange.status is not None:
-                verdict = semantics.judge_filter(config, args.node_names, exchange.status, exchange.body, keep_objects=True)
+                verdict = semantics.judge_filter(config, args.node_names, exchange.status, exchange.body, keep_objects=True,
+                                               sent_items=args.items)
             results.append((config, verdict, exchange.error))
             children.append(self.child(config, Verb.FILTER, request, exchange, verdict))
         not_called = [c.name for c, e in zip(backends, exchanges) if not e.called]

@@ -232,3 +232,57 @@ def test_a_node_a_full_object_backend_returns_unsent_is_taken_as_the_scheduler_t
     finally:
         kube.reset()
         api.close()
+
+
+def answering_objects(handler, body):
+    """A names-mode filter backend that answers `Nodes` (objects it makes) instead of NodeNames:
+    every name it was sent but the last, which fails."""
+    names = json.loads(body)["NodeNames"]
+    items = [{"metadata": {"name": n, "labels": {"example.com/checked": "yes"}}} for n in names[:-1]]
+    result = {"Nodes": {"metadata": {}, "items": items}, "NodeNames": None, "FailedNodes": {names[-1]: "busy"}, "Error": ""}
+    handler.answer(200, json.dumps(result).encode())
+
+
+def scheduler_calling(chain: list[tuple[str, str]], request: dict) -> tuple[list[str], list[dict] | None]:
+    """What extender.go's Filter leaves the scheduler with, calling names-mode extenders (urls, in
+    turn) itself: the feasible names and, once an extender answered Nodes, those objects (None:
+    its own). It reads NodeNames when set, else takes the returned Nodes unchecked."""
+    names, held = request["NodeNames"], None
+    for url in chain:
+        reply = requests.post(url, data=json.dumps({**request, "Nodes": None, "NodeNames": names}), timeout=30).json()
+        if reply["NodeNames"] is not None:
+            by_name = {n["metadata"]["name"]: n for n in held or ()}
+            names = reply["NodeNames"]
+            held = [by_name[n] for n in names] if held is not None else None
+        elif reply["Nodes"] is not None:
+            held = reply["Nodes"]["items"]
+            names = [n["metadata"]["name"] for n in held]
+        else:
+            names, held = [], None
+    return names, held
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_names_backend_answering_node_objects_leaves_the_scheduler_with_them(
+        backend_server, proxy, write_config, parallel):
+    """extender.go reads a nodeCacheCapable extender's NodeNames when set and otherwise takes its
+    `Nodes` unchecked: the returned objects replace the scheduler's own. Every backend names-only,
+    the entry is registered with names, and the proxy answered NodeNames when every returned name
+    was one it was sent, so the scheduler kept its own objects where calling them it held these."""
+    objects, after = backend_server({"filter": answering_objects}), backend_server({"filter": pass_all})
+    server = proxy(write_config({"parallelFilter": parallel, "backends": [
+        backend("objects", objects, filterVerb="filter", nodeCacheCapable=True),
+        backend("after", after, filterVerb="filter", nodeCacheCapable=True),
+    ]}))
+    request = json.loads(fixture_bytes("filter-request.nodecache-true.json"))
+
+    answer = post(server, "filter", json.dumps(request).encode()).json()
+    direct = scheduler_calling([f"{objects.url}/objects/filter", f"{after.url}/after/filter"], request)
+
+    assert answer["Error"] == "" and answer["FailedNodes"] == {request["NodeNames"][-1]: "busy"}
+    # The proxy's answer as the scheduler reads it, registered with names (extender.go again).
+    if answer["NodeNames"] is not None:
+        taken = (answer["NodeNames"], None)
+    else:
+        taken = ([n["metadata"]["name"] for n in answer["Nodes"]["items"]], answer["Nodes"]["items"])
+    assert taken == direct and direct[1] is not None

@@ -86,6 +86,7 @@ class FilterResult:
     error: str
     nodes_metadata: dict | None = None
     node_items: list[bytes] | None = None  # each returned Node's bytes (decoded names_only)
+    node_item_names: list[str] | None = None  # each returned Node's metadata.name (decoded names_only)
 
 
 @dataclass

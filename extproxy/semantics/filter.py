@@ -36,6 +36,10 @@ class CombinedFilter:
     # The Node objects the scheduler would hold for ``passed`` (bytes, in that order): what a
     # full-object answer must carry. None when they are not known (names throughout).
     items: list[bytes] | None = None
+    # Whether ``items`` were last replaced by the Nodes answer of a names-only backend
+    # (nodeCacheCapable): extender.go takes those when NodeNames is null, so a scheduler registered
+    # with names holds them too, and a names answer would leave it with its own objects instead.
+    names_backend_objects: bool = False
 
 
 @dataclass
@@ -122,6 +126,7 @@ class FilterChain(Chain):
         self._remaining = list(input_names)
         self._items = list(items) if items is not None else None
         self._statuses = _Statuses()
+        self._names_backend_objects = False  # CombinedFilter.names_backend_objects
         self.reply_error = ""
 
     @property
@@ -138,7 +143,8 @@ class FilterChain(Chain):
 
     def judge(self, backend: BackendConfig, status: int, body: bytes) -> Verdict:
         """The chain's reading of a reply (no per-node decisions: the recorder makes those)."""
-        return judge_filter(backend, self._remaining, status, body, with_decisions=False, keep_objects=True)
+        return judge_filter(backend, self._remaining, status, body, with_decisions=False, keep_objects=True,
+                            sent_items=self._items)
 
     def apply(
         self, backend: BackendConfig, verdict: Verdict | None, transport_error: str = "", *, called: bool = True
@@ -151,6 +157,8 @@ class FilterChain(Chain):
             self.reply_error = _reply_error(backend, verdict, transport_error, called)
             return
         self._statuses.write(reading.failed, reading.unresolvable)
+        if reading.items is not None:
+            self._names_backend_objects = backend.node_cache_capable
         self._items = _objects_after(self._remaining, self._items, reading)
         self._remaining = reading.passed
 
@@ -158,7 +166,8 @@ class FilterChain(Chain):
         failed, unres = self._statuses.maps()
         if self.error:
             return CombinedFilter([], failed, unres, self.error, self.reply_error, self.error_backend)
-        return CombinedFilter(list(self._remaining), failed, unres, items=self.remaining_items)
+        return CombinedFilter(list(self._remaining), failed, unres, items=self.remaining_items,
+                              names_backend_objects=self._names_backend_objects)
 
 
 def parallel_filter(
@@ -200,6 +209,7 @@ def parallel_filter(
     held = dict(zip(input_names, items)) if items is not None else None
     statuses = _Statuses()
     error = reply = error_backend = ""
+    names_backend_objects = False
     for backend, verdict, transport_error in results:
         if error or not remaining:
             break  # the chain would not have called the rest
@@ -223,10 +233,11 @@ def parallel_filter(
         if full.items is not None:
             returned = {n: item for n, item in zip(full.passed, full.items) if asked(n)}
             held = {**(held or {}), **returned}
+            names_backend_objects = backend.node_cache_capable
         remaining = passed
     failed_map, unres_map = statuses.maps()
     if error:
         return CombinedFilter([], failed_map, unres_map, error, reply, error_backend)
     known = held is not None and all(n in held for n in remaining)
     final = [held[n] for n in remaining] if held is not None and known else None
-    return CombinedFilter(remaining, failed_map, unres_map, items=final)
+    return CombinedFilter(remaining, failed_map, unres_map, items=final, names_backend_objects=names_backend_objects)
