@@ -26,7 +26,8 @@ What is redacted is set by `RedactionConfig`:
   `envValues`, the argument after a secret flag.
 Function names here are stable: the recorder calls them. Works on decoded dicts in place; pure, no I/O.
 
-Modules (each imports only those above it): `text` (free text, URLs, the byte tests, the
+Modules (each imports only those above it): `escapes` (JSON's `\\uXXXX` and `\\/` read as
+characters, for the patterns and the search of echoes), `text` (free text, URLs, the byte tests, the
 collector of removed values), `objects` (Pods and Nodes), `replies` (a reply's text fields),
 `raw` (bytes not read as JSON), `echoes` (a request's removed values in the call's other texts).
 """

@@ -10,6 +10,7 @@ import msgspec
 
 from .. import bodyformat
 from ..config import RedactionConfig
+from .escapes import WIDEST, bytes_have_escape, has_escape, sub_through, unescaped
 from .raw import _json_unescaped
 from .text import REDACTED, bounded_text
 
@@ -80,23 +81,38 @@ class Echoes:
         self._texts = tuple(texts) if few else None
         self._raw = tuple(raw) if few else None
         self._bytes = re.compile(b"|".join(map(re.escape, raw)))
+        self._raw_texts = [form.decode("utf-8", "surrogatepass") for form in raw]
+        self._read: re.Pattern[str] | None = None  # made when first a text has an escape (_through)
+
+    def _through(self) -> re.Pattern[str]:
+        """Every form, its escapes read, as one expression: searched for in a text with its
+        escapes read (escapes.py), so that one written with any (`\\u0068unter2`, `\\u0068\\u0075...`,
+        a surrogate pair, upper- or lower-case hex, escaped once more in a JSON body) is found."""
+        if self._read is None:
+            # A value that is itself escapes (`\\u0041...`) may read as fewer characters than are looked for.
+            forms = {read for read in map(unescaped, self._raw_texts) if len(read) >= ECHO_MIN_CHARS}
+            self._read = re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True))) or r"(?!x)x")
+        return self._read
+
+    def _as_written(self, text: str) -> bool:
+        return self._text.search(text) is not None if self._texts is None else any(f in text for f in self._texts)
 
     def in_text(self, text: str) -> bool:
         if not text:
             return False
-        if self._texts is not None:
-            return any(form in text for form in self._texts)
-        return self._text.search(text) is not None
+        if self._as_written(text):
+            return True
+        return has_escape(text) and self._through().search(unescaped(text)) is not None
 
     def in_bytes(self, raw: bytes) -> bool:
-        """Whether `raw` (UTF-8 text, or JSON holding it) may repeat a value: written plainly or
-        escaped as JSON encoders write it. A writer that escapes plain letters (`\\u0068unter2`)
-        is not looked through."""
+        """Whether `raw` (UTF-8 text, or JSON holding it) may repeat a value: written plainly,
+        escaped as JSON encoders write it, or with any character written as a `\\u` escape."""
         if not raw:
             return False
-        if self._raw is not None:
-            return any(form in raw for form in self._raw)
-        return self._bytes.search(raw) is not None
+        if (any(form in raw for form in self._raw) if self._raw is not None else self._bytes.search(raw) is not None):
+            return True
+        return (bytes_have_escape(raw)
+                and self._through().search(unescaped(raw.decode("utf-8", "surrogateescape"))) is not None)
 
     def apart_from(self, names: Iterable[str]) -> "Echoes | None":
         """Without the values that are, or are part of, one of `names`: the names a record keeps
@@ -109,13 +125,21 @@ class Echoes:
         return _echoes(kept) if kept else None
 
     def text(self, text: str) -> str:
-        return self._text.sub(REDACTED, text) if self.in_text(text) else text
+        if text and self._as_written(text):
+            text = self._text.sub(REDACTED, text)
+        if has_escape(text) and self._through().search(unescaped(text)) is not None:
+            text = sub_through(self._through(), REDACTED, text)
+        return text
 
     def bounded(self, text: str, rules: RedactionConfig, limit: int, margin: int | None = None) -> str:
         """redaction.bounded_text, and the values removed first: a value that the redacted
-        window's end cuts through is found whole, then cut."""
+        window's end cuts through is found whole, then cut (written with escapes, a value takes
+        up to WIDEST characters a character; its first escape is within its length)."""
         window = limit + (limit if margin is None else margin)
-        return bounded_text(self.text(text[: window + self.longest])[:window], rules, limit, margin)
+        beyond = self.longest
+        if has_escape(text[: window + beyond + 1]):
+            beyond *= WIDEST
+        return bounded_text(self.text(text[: window + beyond])[:window], rules, limit, margin)
 
     def in_call(self, trace: Any) -> bool:
         """Whether a recorded call's replies or errors (its parts' too: a Trace's) may repeat a
