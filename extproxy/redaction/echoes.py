@@ -10,7 +10,7 @@ import msgspec
 
 from .. import bodyformat
 from ..config import RedactionConfig
-from .escapes import WIDEST, bytes_have_escape, has_escape, sub_through, unescaped
+from .escapes import WIDEST, bytes_have_escape, has_escape, read_near, sub_through, unescaped
 from .raw import _json_unescaped
 from .text import REDACTED, bounded_text
 
@@ -83,6 +83,7 @@ class Echoes:
         self._bytes = re.compile(b"|".join(map(re.escape, raw)))
         self._raw_texts = [form.decode("utf-8", "surrogatepass") for form in raw]
         self._read: re.Pattern[str] | None = None  # made when first a text has an escape (_through)
+        self._reach = max(map(len, self._raw_texts), default=0) * WIDEST  # a form's widest writing
 
     def _through(self) -> re.Pattern[str]:
         """Every form, its escapes read, as one expression: searched for in a text with its
@@ -97,12 +98,16 @@ class Echoes:
     def _as_written(self, text: str) -> bool:
         return self._text.search(text) is not None if self._texts is None else any(f in text for f in self._texts)
 
+    def _in_read(self, text: str) -> bool:
+        """Whether `text`, its escapes read, holds a form: only the parts near an escape are read
+        (a match without one is a form as written, found by the search before this)."""
+        found = self._through().search
+        return any(found(part) is not None for part in read_near(text, self._reach))
+
     def in_text(self, text: str) -> bool:
         if not text:
             return False
-        if self._as_written(text):
-            return True
-        return has_escape(text) and self._through().search(unescaped(text)) is not None
+        return self._as_written(text) or (has_escape(text) and self._in_read(text))
 
     def in_bytes(self, raw: bytes) -> bool:
         """Whether `raw` (UTF-8 text, or JSON holding it) may repeat a value: written plainly,
@@ -111,8 +116,7 @@ class Echoes:
             return False
         if (any(form in raw for form in self._raw) if self._raw is not None else self._bytes.search(raw) is not None):
             return True
-        return (bytes_have_escape(raw)
-                and self._through().search(unescaped(raw.decode("utf-8", "surrogateescape"))) is not None)
+        return bytes_have_escape(raw) and self._in_read(raw.decode("utf-8", "surrogateescape"))
 
     def apart_from(self, names: Iterable[str]) -> "Echoes | None":
         """Without the values that are, or are part of, one of `names`: the names a record keeps
@@ -127,7 +131,7 @@ class Echoes:
     def text(self, text: str) -> str:
         if text and self._as_written(text):
             text = self._text.sub(REDACTED, text)
-        if has_escape(text) and self._through().search(unescaped(text)) is not None:
+        if has_escape(text) and self._in_read(text):
             text = sub_through(self._through(), REDACTED, text)
         return text
 
