@@ -2,7 +2,8 @@
 (`\\u0068unter2secret`): the recorder sees through them, for a value removed from the request
 (its echo, in a reply's Error, reasons and own fields, a JSON fragment a reason quotes, a text
 reply) and for a name that says a secret follows (`"pass\\u0077ord": "x"`, in bytes that are not
-JSON and in a reason's text). Through the recorder's rows, and once through the running proxy."""
+JSON and in a reason's text); and a value written with a URL's %XX escapes. Through the
+recorder's rows, and once through the running proxy."""
 from __future__ import annotations
 
 import json
@@ -160,6 +161,45 @@ def test_a_reason_quoting_json_with_an_escaped_secret_name_is_stored_without_its
     assert VALUE not in failed.reasons()["node-01"] and REDACTED in failed.reasons()["node-01"]
     assert VALUE not in erred.call.error and REDACTED in erred.call.error
     assert VALUE not in stored_texts(failed) + stored_texts(erred)
+
+
+# --- a URL's %XX ---------------------------------------------------------------------------------
+# Go's HTTP client quotes the URL in every error (`Get "http://...": dial tcp ...`): a backend that
+# puts a value in a query or a form body writes its reserved characters as %XX.
+URL_SECRET = "p@ss/w0rd+Ké"
+URL_WRITTEN = {
+    "reserved-characters": "p%40ss%2Fw0rd%2BK%C3%A9",  # as url.QueryEscape writes it
+    "every-character": "".join(f"%{b:02x}" for b in URL_SECRET.encode()),  # lower-case hex, letters too
+}
+
+
+@pytest.mark.parametrize("form", sorted(URL_WRITTEN))
+def test_a_value_written_with_url_escapes_is_stored_without_it(form):
+    request = pod_request(env={"VAULT_LOGIN": URL_SECRET})
+    reason = f'Get "http://vault:8200/v1/login?u=bob&p={URL_WRITTEN[form]}": dial tcp: connection refused'
+    failed, erred = record(trace(request, filter_reply(request, {"node-01": reason})),
+                           trace(request, f"upstream said {URL_WRITTEN[form]}!".encode(), status=502))
+
+    assert failed.reasons() == {"node-01": f'Get "http://vault:8200/v1/login?u=bob&p={REDACTED}": dial tcp: connection refused'}
+    assert erred.call.error.endswith(f"upstream said {REDACTED}!")
+    for rec in (failed, erred):
+        assert URL_WRITTEN[form] not in stored_texts(rec) and URL_SECRET not in stored_texts(rec)
+
+
+def test_a_fully_url_escaped_value_of_plain_letters_is_stored_without_it():
+    request = pod_request(env={"DB_PASSWORD": SECRET})
+    written = "%68unter2secret"
+    [rec] = record(trace(request, filter_reply(request, {"node-01": f"GET /check?k={written} 403"})))
+
+    assert rec.reasons() == {"node-01": f"GET /check?k={REDACTED} 403"}
+
+
+def test_percent_signs_and_other_url_escapes_change_nothing():
+    request = pod_request(env={"DB_PASSWORD": SECRET})
+    reasons = {"node-01": "CPU at 100% for 5m", "node-02": "GET /a%20b?x=%68unter2 404", "node-03": "bad %zz"}
+    [rec] = record(trace(request, filter_reply(request, reasons)))
+
+    assert rec.reasons() == reasons
 
 
 def test_it_works_end_to_end_through_the_proxy(backend_server, proxy, write_config, admin_client):

@@ -10,7 +10,7 @@ import msgspec
 
 from .. import bodyformat
 from ..config import RedactionConfig
-from .escapes import WIDEST, bytes_have_escape, has_escape, read_near, sub_through, unescaped
+from .escapes import READINGS, WIDEST, Reading
 from .raw import _json_unescaped
 from .text import REDACTED, bounded_text
 
@@ -82,41 +82,51 @@ class Echoes:
         self._raw = tuple(raw) if few else None
         self._bytes = re.compile(b"|".join(map(re.escape, raw)))
         self._raw_texts = [form.decode("utf-8", "surrogatepass") for form in raw]
-        self._read: re.Pattern[str] | None = None  # made when first a text has an escape (_through)
-        self._reach = max(map(len, self._raw_texts), default=0) * WIDEST  # a form's widest writing
+        self._read: dict[Reading, re.Pattern[str]] = {}  # made when first a text has such escapes (_through)
+        self._longest_form = max(map(len, self._raw_texts), default=0)
 
-    def _through(self) -> re.Pattern[str]:
-        """Every form, its escapes read, as one expression: searched for in a text with its
-        escapes read (escapes.py), so that one written with any (`\\u0068unter2`, `\\u0068\\u0075...`,
-        a surrogate pair, upper- or lower-case hex, escaped once more in a JSON body) is found."""
-        if self._read is None:
+    def _through(self, reading: Reading) -> re.Pattern[str]:
+        """Every form, read, as one expression: searched for in a text with its escapes read
+        (escapes.py), so that one written with any (`\\u0068unter2`, `\\u0068\\u0075...`, a
+        surrogate pair, upper- or lower-case hex, escaped once more in a JSON body; `%68unter2`,
+        `p%40ss`) is found."""
+        if reading not in self._read:
             # A value that is itself escapes (`\\u0041...`) may read as fewer characters than are looked for.
-            forms = {read for read in map(unescaped, self._raw_texts) if len(read) >= ECHO_MIN_CHARS}
-            self._read = re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True))) or r"(?!x)x")
-        return self._read
+            forms = {read for read in map(reading.read, self._raw_texts) if len(read) >= ECHO_MIN_CHARS}
+            self._read[reading] = re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True))) or r"(?!x)x")
+        return self._read[reading]
 
     def _as_written(self, text: str) -> bool:
         return self._text.search(text) is not None if self._texts is None else any(f in text for f in self._texts)
 
-    def _in_read(self, text: str) -> bool:
+    def _in_read(self, text: str, reading: Reading) -> bool:
         """Whether `text`, its escapes read, holds a form: only the parts near an escape are read
         (a match without one is a form as written, found by the search before this)."""
-        found = self._through().search
-        return any(found(part) is not None for part in read_near(text, self._reach))
+        found = self._through(reading).search
+        return any(found(part) is not None for part in reading.near(text, self._longest_form * reading.widest))
+
+    def _read_holds(self, text: str) -> list[Reading]:
+        """The readings through which `text` holds a form (a test of two characters when it has none:
+        the usual case)."""
+        if "\\" not in text and "%" not in text:
+            return []
+        return [reading for reading in READINGS if reading.has(text) and self._in_read(text, reading)]
 
     def in_text(self, text: str) -> bool:
         if not text:
             return False
-        return self._as_written(text) or (has_escape(text) and self._in_read(text))
+        return self._as_written(text) or bool(self._read_holds(text))
 
     def in_bytes(self, raw: bytes) -> bool:
         """Whether `raw` (UTF-8 text, or JSON holding it) may repeat a value: written plainly,
-        escaped as JSON encoders write it, or with any character written as a `\\u` escape."""
+        escaped as JSON encoders write it, or with any character written as a `\\u` or `%XX` escape."""
         if not raw:
             return False
         if (any(form in raw for form in self._raw) if self._raw is not None else self._bytes.search(raw) is not None):
             return True
-        return bytes_have_escape(raw) and self._in_read(raw.decode("utf-8", "surrogateescape"))
+        if (b"\\" not in raw and b"%" not in raw) or not any(reading.has_bytes(raw) for reading in READINGS):
+            return False
+        return bool(self._read_holds(raw.decode("utf-8", "surrogateescape")))
 
     def apart_from(self, names: Iterable[str]) -> "Echoes | None":
         """Without the values that are, or are part of, one of `names`: the names a record keeps
@@ -131,8 +141,8 @@ class Echoes:
     def text(self, text: str) -> str:
         if text and self._as_written(text):
             text = self._text.sub(REDACTED, text)
-        if has_escape(text) and self._in_read(text):
-            text = sub_through(self._through(), REDACTED, text)
+        for reading in self._read_holds(text) if text else ():
+            text = reading.sub_through(self._through(reading), REDACTED, text)
         return text
 
     def bounded(self, text: str, rules: RedactionConfig, limit: int, margin: int | None = None) -> str:
@@ -141,7 +151,7 @@ class Echoes:
         up to WIDEST characters a character; its first escape is within its length)."""
         window = limit + (limit if margin is None else margin)
         beyond = self.longest
-        if has_escape(text[: window + beyond + 1]):
+        if any(reading.has(text[: window + beyond + 1]) for reading in READINGS):
             beyond *= WIDEST
         return bounded_text(self.text(text[: window + beyond])[:window], rules, limit, margin)
 
