@@ -34,8 +34,9 @@ import msgspec
 from .backends import Backend, build_backend
 from .config import RedactionConfig
 from .protocol import Verb
-from .recording.rows import MAX_ERROR_TEXT, judge, stored_decisions
-from .redaction import bounded_text, redact_strings
+from .recording.blobs import NodeDeduper, raw_blob
+from .recording.rows import MAX_ERROR_TEXT, judge, read_request, stored_decisions
+from .redaction import Echoes, bounded_text, collecting, echoes, redact_strings
 from .recording.spool_reader import SpoolTail, TailItem
 from .recording.trace import GAP_RECORD_START, Trace, UnreadableRecord, decode_trace, inflate_record
 from .replay import diff as diffs
@@ -104,18 +105,38 @@ class _PeekRecord(msgspec.Struct, array_like=True):
 _peek = msgspec.msgpack.Decoder(_PeekRecord).decode
 
 
-def _side(trace: Trace, rules: RedactionConfig) -> diffs.Side:
-    """One side as the recorder would store it: reasons and error texts redacted (examples of
-    differences are kept in shadow.json and shown on the dashboard)."""
+def request_echoes(trace: Trace, rules: RedactionConfig, nodes: NodeDeduper) -> Echoes | None:
+    """The values redacting the call's request removes, as the recorder finds them (its stored
+    form; by pattern when that cannot be made, as its raw record), apart from the names shown:
+    a shadow's reply echoes the same Pod's secrets as the primary's can."""
+    with collecting() as removed:
+        try:
+            nodes.stored_body(trace.request_body)
+        except Exception:  # unreadable where it must be redacted: the recorder's raw record
+            raw_blob(bytes(trace.request_body), rules)
+    nodes.take_batch()  # its Node objects are not kept here
+    found = echoes(removed)
+    if found is None:
+        return None
+    ident = read_request(trace)
+    return found.apart_from([ident["namespace"], ident["name"], ident["uid"], *ident["nodes"]])
+
+
+def _side(trace: Trace, rules: RedactionConfig, echo: Echoes | None = None) -> diffs.Side:
+    """One side as the recorder would store it: reasons and error texts redacted, the values
+    removed from the request too (`echo`; examples of differences are kept in shadow.json and
+    shown on the dashboard)."""
     _ident, verdict = judge(trace)
+
+    def error_text(text: str) -> str:
+        return bounded_text(text, rules, MAX_ERROR_TEXT) if echo is None else echo.bounded(text, rules, MAX_ERROR_TEXT)
+
     if trace.timed_out:
-        return diffs.Side(trace.backend, trace.verb, "timeout", bounded_text(trace.transport_error, rules, MAX_ERROR_TEXT), [])
+        return diffs.Side(trace.backend, trace.verb, "timeout", error_text(trace.transport_error), [])
     if verdict is None:
-        error = trace.transport_error or "no answer"
-        return diffs.Side(trace.backend, trace.verb, "error", bounded_text(error, rules, MAX_ERROR_TEXT), [])
-    decisions = msgspec.to_builtins(stored_decisions(verdict.decisions, rules))  # the diff reads plain objects
-    return diffs.Side(trace.backend, trace.verb, verdict.outcome, bounded_text(verdict.error, rules, MAX_ERROR_TEXT),
-                      decisions)
+        return diffs.Side(trace.backend, trace.verb, "error", error_text(trace.transport_error or "no answer"), [])
+    decisions = msgspec.to_builtins(stored_decisions(verdict.decisions, rules, echo))  # the diff reads plain objects
+    return diffs.Side(trace.backend, trace.verb, verdict.outcome, error_text(verdict.error), decisions)
 
 
 class Rest:
@@ -157,6 +178,7 @@ class Shadower:
         self.root = Path(root)
         self.shadows = shadows
         self.redaction = redaction or RedactionConfig()
+        self._nodes = NodeDeduper(self.redaction)  # its memory of redacted requests (request_echoes)
         self.max_lag = max_lag
         self.clock = clock
         self.state: ShadowState = load_state(self.root)
@@ -275,7 +297,8 @@ class Shadower:
             node_cache_capable=shadow.config.node_cache_capable, weight=shadow.config.weight or trace.weight,
             verb_string=verb_string,
         )
-        result = diffs.diff(_side(trace, self.redaction), _side(copy, self.redaction))
+        echo = request_echoes(trace, self.redaction, self._nodes)
+        result = diffs.diff(_side(trace, self.redaction, echo), _side(copy, self.redaction, echo))
         return Outcome(shadow.name, trace.backend, "different" if result.changed else "same", diff=result,
                        verb=trace.verb, call_id=call_id, at=self.clock())
 

@@ -19,14 +19,16 @@ What is redacted is set by `RedactionConfig`:
   a URL's userinfo secret (its password, or a user name standing alone: `_userinfo`); in a
   reply's structured fields (`redact_free_text`) also the values under keys that name secrets;
 - a call's other texts (`Echoes`): the exact values removed from its request, where they are
-  repeated (a backend echoing a password in a form no pattern knows);
+  repeated (a backend echoing a password in a form no pattern knows), also written with JSON or
+  URL escapes;
 - bytes that cannot be read as JSON (`redact_raw`: a raw record's bodies, a backend's text
   reply, a reply cut short): the free-text rules, and by pattern what the rules above find in a
   decoded Pod: the values of listed annotation and label keys, every `"value"` string with
   `envValues`, the argument after a secret flag.
 Function names here are stable: the recorder calls them. Works on decoded dicts in place; pure, no I/O.
 
-Modules (each imports only those above it): `text` (free text, URLs, the byte tests, the
+Modules (each imports only those above it): `escapes` (JSON's `\\uXXXX` and `\\/`, and a
+URL's `%XX`, read as characters: for the patterns, JSON's only, and the search of echoes), `text` (free text, URLs, the byte tests, the
 collector of removed values), `objects` (Pods and Nodes), `replies` (a reply's text fields),
 `raw` (bytes not read as JSON), `echoes` (a request's removed values in the call's other texts).
 """

@@ -10,6 +10,7 @@ import msgspec
 
 from .. import bodyformat
 from ..config import RedactionConfig
+from .escapes import READINGS, WIDEST, Reading
 from .raw import _json_unescaped
 from .text import REDACTED, bounded_text
 
@@ -80,23 +81,52 @@ class Echoes:
         self._texts = tuple(texts) if few else None
         self._raw = tuple(raw) if few else None
         self._bytes = re.compile(b"|".join(map(re.escape, raw)))
+        self._raw_texts = [form.decode("utf-8", "surrogatepass") for form in raw]
+        self._read: dict[Reading, re.Pattern[str]] = {}  # made when first a text has such escapes (_through)
+        self._longest_form = max(map(len, self._raw_texts), default=0)
+
+    def _through(self, reading: Reading) -> re.Pattern[str]:
+        """Every form, read, as one expression: searched for in a text with its escapes read
+        (escapes.py), so that one written with any (`\\u0068unter2`, `\\u0068\\u0075...`, a
+        surrogate pair, upper- or lower-case hex, escaped once more in a JSON body; `%68unter2`,
+        `p%40ss`) is found."""
+        if reading not in self._read:
+            # A value that is itself escapes (`\\u0041...`) may read as fewer characters than are looked for.
+            forms = {read for read in map(reading.read, self._raw_texts) if len(read) >= ECHO_MIN_CHARS}
+            self._read[reading] = re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True))) or r"(?!x)x")
+        return self._read[reading]
+
+    def _as_written(self, text: str) -> bool:
+        return self._text.search(text) is not None if self._texts is None else any(f in text for f in self._texts)
+
+    def _in_read(self, text: str, reading: Reading) -> bool:
+        """Whether `text`, its escapes read, holds a form: only the parts near an escape are read
+        (a match without one is a form as written, found by the search before this)."""
+        found = self._through(reading).search
+        return any(found(part) is not None for part in reading.near(text, self._longest_form * reading.widest))
+
+    def _read_holds(self, text: str) -> list[Reading]:
+        """The readings through which `text` holds a form (a test of two characters when it has none:
+        the usual case)."""
+        if "\\" not in text and "%" not in text:
+            return []
+        return [reading for reading in READINGS if reading.has(text) and self._in_read(text, reading)]
 
     def in_text(self, text: str) -> bool:
         if not text:
             return False
-        if self._texts is not None:
-            return any(form in text for form in self._texts)
-        return self._text.search(text) is not None
+        return self._as_written(text) or bool(self._read_holds(text))
 
     def in_bytes(self, raw: bytes) -> bool:
-        """Whether `raw` (UTF-8 text, or JSON holding it) may repeat a value: written plainly or
-        escaped as JSON encoders write it. A writer that escapes plain letters (`\\u0068unter2`)
-        is not looked through."""
+        """Whether `raw` (UTF-8 text, or JSON holding it) may repeat a value: written plainly,
+        escaped as JSON encoders write it, or with any character written as a `\\u` or `%XX` escape."""
         if not raw:
             return False
-        if self._raw is not None:
-            return any(form in raw for form in self._raw)
-        return self._bytes.search(raw) is not None
+        if (any(form in raw for form in self._raw) if self._raw is not None else self._bytes.search(raw) is not None):
+            return True
+        if (b"\\" not in raw and b"%" not in raw) or not any(reading.has_bytes(raw) for reading in READINGS):
+            return False
+        return bool(self._read_holds(raw.decode("utf-8", "surrogateescape")))
 
     def apart_from(self, names: Iterable[str]) -> "Echoes | None":
         """Without the values that are, or are part of, one of `names`: the names a record keeps
@@ -109,13 +139,21 @@ class Echoes:
         return _echoes(kept) if kept else None
 
     def text(self, text: str) -> str:
-        return self._text.sub(REDACTED, text) if self.in_text(text) else text
+        if text and self._as_written(text):
+            text = self._text.sub(REDACTED, text)
+        for reading in self._read_holds(text) if text else ():
+            text = reading.sub_through(self._through(reading), REDACTED, text)
+        return text
 
     def bounded(self, text: str, rules: RedactionConfig, limit: int, margin: int | None = None) -> str:
         """redaction.bounded_text, and the values removed first: a value that the redacted
-        window's end cuts through is found whole, then cut."""
+        window's end cuts through is found whole, then cut (written with escapes, a value takes
+        up to WIDEST characters a character; its first escape is within its length)."""
         window = limit + (limit if margin is None else margin)
-        return bounded_text(self.text(text[: window + self.longest])[:window], rules, limit, margin)
+        beyond = self.longest
+        if any(reading.has(text[: window + beyond + 1]) for reading in READINGS):
+            beyond *= WIDEST
+        return bounded_text(self.text(text[: window + beyond])[:window], rules, limit, margin)
 
     def in_call(self, trace: Any) -> bool:
         """Whether a recorded call's replies or errors (its parts' too: a Trace's) may repeat a

@@ -7,6 +7,7 @@ from functools import lru_cache
 import msgspec
 
 from ..config import RedactionConfig
+from .escapes import plain
 from .replies import _EDGE
 from .text import REDACTED, _cut, _names, _removed, needs_redaction, redact_text, text_needs_redaction
 
@@ -62,7 +63,9 @@ def redact_raw(raw: bytes, rules: RedactionConfig) -> tuple[bytes, list[str]]:
         marks.append(f"only the first {RAW_REDACT_MAX} of its {len(raw)} bytes are kept: "
                      "the rest is too long to redact by pattern")
         raw = raw[: RAW_REDACT_MAX + _EDGE]  # redacted past the cut, then cut (bounded_text)
-    text = raw.decode("utf-8", "surrogateescape")
+    # Names and values as a reader sees them (`"pass\\u0077ord"`, `"v\\u0061lue"`); kept so only
+    # when something was redacted.
+    text = plain(raw.decode("utf-8", "surrogateescape"))
     out = text
     listed = _listed_key(rules.drop_annotations + rules.redact_annotations + rules.redact_labels)
     if listed is not None:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 from ..config import RedactionConfig
+from .escapes import has_escape, plain
 
 REDACTED = "[redacted]"
 # Headers whose whole value is a credential whatever the name patterns say.
@@ -129,9 +130,21 @@ def _flag_then_word(patterns: tuple[str, ...]) -> re.Pattern[str]:
 
 
 def redact_text(text: str, rules: RedactionConfig) -> str:
-    """`text` with every secret the rules recognise replaced by [redacted]."""
+    """`text` with every secret the rules recognise replaced by [redacted]. A text quoting JSON
+    may write a name with escapes (`"pass\\u0077ord": "x"`): it is read with them read
+    (plain), and kept so only when that removed something."""
     if not text:
         return text
+    if has_escape(text):
+        read = plain(text)
+        if read != text:
+            redacted = _patterns(read, rules)
+            if redacted != read:
+                return redacted
+    return _patterns(text, rules)
+
+
+def _patterns(text: str, rules: RedactionConfig) -> str:
     names = _names(rules.name_patterns)
 
     def env_entry(m: re.Match[str]) -> str:
