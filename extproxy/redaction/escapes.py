@@ -122,7 +122,9 @@ def has_escape(text: str) -> bool:
 
 def _plain_char(m: re.Match[str]) -> str:
     char = _json_char(m)
-    return m.group(0) if char in _STRUCTURAL else char
+    # A lone surrogate (`\udc00`, which Go's decoder reads as U+FFFD) stays written as it is:
+    # read, it is a character UTF-8 cannot carry, and the kept text could not be stored.
+    return m.group(0) if char in _STRUCTURAL or "\ud800" <= char <= "\udfff" else char
 
 
 def plain(text: str) -> str:
