@@ -229,7 +229,7 @@ def ndjson_encoder(columns: list[str]) -> Callable[[list[Any]], bytes]:
     return encode
 
 
-def interruption(exc: Exception, written: int) -> dict[str, Any]:
+def why_interrupted(exc: Exception, written: int) -> dict[str, Any]:
     """What an interrupted export's mark and manifest say (exportstream.py): the kind of failure
     only, never its text (a database error can quote SQL and values) nor a trace."""
     from django.db import DatabaseError
@@ -312,7 +312,7 @@ class ExportRun:
         except Exception as exc:  # the records failed mid-stream (a client gone is GeneratorExit: not caught)
             logging.getLogger(__name__).error("export %s: interrupted after %d records", self.export_id, written,
                                               exc_info=exc)
-            self.interrupted = interruption(exc, written)
+            self.interrupted = why_interrupted(exc, written)
             buffer.append(proof.interrupted_line(self.fmt, written, self.interrupted["reason"]))
         self.records = written
         self.last_hash = previous_hex.decode() if written else None

@@ -5,7 +5,7 @@ export.py makes the records, the chain and the manifest.
 An export whose records fail mid-stream (the database refused the next chunk of calls, say)
 would leave a file that, without its manifest, reads as a shorter export. So ExportRun.lines
 ends such a file with a mark no record can be (exportproof.interrupted_line) saying after how
-many records and why, in words of our own (export.interruption: the exception's class, never
+many records and why, in words of our own (export.why_interrupted: the exception's class, never
 its text: a database error can quote SQL and values; the trace goes to the server's log), and the
 manifest says `interrupted`. A client that goes away mid-stream cannot be marked: nothing more
 reaches it.

@@ -6,6 +6,7 @@ import pytest
 
 from extproxy.config import RedactionConfig, parse_config
 from extproxy.models import ReplayItem, ReplayRun
+from extproxy.nodeindex import NodeSets
 from extproxy.recorder import NodeDeduper
 from extproxy.recording.rows import MAX_ERROR_TEXT
 from extproxy.replay.runner import Original, Result, run_replay, store
@@ -43,7 +44,7 @@ def test_an_items_error_is_redacted_and_bounded():
     run = ReplayRun.objects.create(selector={"call": 1}, target={"kind": "url", "url": "http://x"}, rate=0)
     original = Original(None, "filter", "gpu", "per-backend", b"{}", "ok", "", [])
     error = f"target http://dev:{SECRET}@extender.example:8888/ refused: token: {SECRET} " + "y" * 50_000
-    store(Result("error", original, error=error), run, NodeDeduper(RedactionConfig()))
+    store(Result("error", original, error=error), run, NodeDeduper(RedactionConfig()), NodeSets())
     item = ReplayItem.objects.get(run=run)
     assert SECRET not in item.error
     assert item.error.startswith("target http://dev:[redacted]@extender.example:8888/ refused: token: [redacted]")

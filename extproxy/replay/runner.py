@@ -275,7 +275,7 @@ def missing_words(missing: list[int], asked: int, shown: int = 20) -> str:
     return f"{len(missing)} of the {asked} call ids name no recorded call (pruned or mistyped): {named}"
 
 
-def store(result: Result, run, nodes: NodeDeduper, node_sets: NodeSets | None = None) -> Any:
+def store(result: Result, run, nodes: NodeDeduper, node_sets: NodeSets) -> Any:
     """Record the replay (linked to its original, with its node set) and its ReplayItem, in one transaction.
     The item's error is redacted and bounded as a call's is: it can quote a target's URL with
     its password, or an exception's text of any length."""
@@ -294,7 +294,7 @@ def store(result: Result, run, nodes: NodeDeduper, node_sets: NodeSets | None = 
                 )
             replay = make_storable(result.call)
             replay.is_replay, replay.replay_of_id, replay.attempt = True, result.original.call_id, ""
-            (node_sets or NodeSets()).assign([replay])  # build_call's pairs; a no-op while EXTPROXY_NODE_INDEX=0
+            node_sets.assign([replay])  # build_call's pairs; a no-op while EXTPROXY_NODE_INDEX=0
             replay.save()
             for child in result.children:
                 make_storable(child).call = replay
