@@ -104,3 +104,33 @@ def test_a_replay_selected_by_backend_replays_the_calls_it_took_part_in(scene, b
         assert code == 0, out + err
         assert json.loads(out)["replayed"] == 3
         assert set(ReplayRun.objects.latest("pk").items.values_list("original_id", flat=True)) == took_part[name]
+
+
+def test_a_url_target_stands_in_for_the_backend_the_selection_names(scene, backend_server):
+    """Selected by backend a, a URL target without `replaces` replaces a in the combined calls too
+    (without it they were errors: which backend does the URL stand in for?); a `replaces` given
+    is kept, and a selection by `combined` names no backend to replace."""
+    server, path, _, took_part = scene
+    developer = user_client("developer")
+    new_build = backend_server({"filter": failing({NODE: "a v2 says no"})})
+    target = {"kind": "url", "url": new_build.url}
+
+    started = developer.post(server.url + "/api/replays/", json={"filters": {"backend": "a"}, "target": target})
+    assert started.status_code == 201, started.text
+    assert started.json()["target"]["replaces"] == "a"
+    run = wait_for(developer, server, started.json()["id"])
+    assert (run["total"], run["errors"], run["changed"]) == (3, 0, 3), run
+    assert {item["original"] for item in run["items"]} == took_part["a"] and len(new_build.received) == 3
+
+    code, out, err = replay("--config", path, "--backend", "a", "--url", new_build.url, "--json")
+    assert code == 1, out + err  # changed, no error
+    assert (json.loads(out)["replayed"], json.loads(out)["errors"]) == (3, 0) and len(new_build.received) == 6
+    assert ReplayRun.objects.latest("pk").target["replaces"] == "a"
+
+    started = developer.post(server.url + "/api/replays/", json={"filters": {"backend": "a"},
+                                                                 "target": dict(target, replaces="b")})
+    assert started.json()["target"]["replaces"] == "b"
+    wait_for(developer, server, started.json()["id"])
+    started = developer.post(server.url + "/api/replays/", json={"filters": {"backend": "combined"}, "target": target})
+    assert "replaces" not in started.json()["target"]
+    wait_for(developer, server, started.json()["id"])
