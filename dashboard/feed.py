@@ -10,11 +10,11 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet
+from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
 from django.utils import timezone
 
 from extproxy.api.filters import filter_calls
-from extproxy.models import BackendCall, Call
+from extproxy.models import Call
 
 from .queries import BODIES, _bound_node, attempt_calls, configured_backends, pending_pods, story_of
 
@@ -29,20 +29,14 @@ class BadFilter(ValueError):
 
 
 def feed_queryset(params) -> QuerySet:
-    """The API's filters plus what only the dashboard offers: latency above, error text, ids, and
-    a backend's calls in the combined form."""
+    """The API's filters (`backend` included: the calls that backend took part in, in the combined
+    form too) plus what only the dashboard offers: latency above, error text, ids."""
     from rest_framework.exceptions import ValidationError
 
-    backend = params.get("backend")
     try:
-        queryset = filter_calls(Call.objects.all(), {k: v for k, v in params.items() if k != "backend"})
+        queryset = filter_calls(Call.objects.all(), params)
     except ValidationError as exc:
         raise BadFilter(json.dumps(exc.detail)) from None
-    if backend:
-        # A backend of the combined form answers in parts of `combined` calls: those calls are
-        # its calls too (the feed shows its step in each of them).
-        parts = BackendCall.objects.filter(call=OuterRef("pk"), backend=backend)
-        queryset = queryset.filter(Q(backend=backend) | Q(Exists(parts)))
     if params.get("latency_above"):
         try:
             ms = float(params["latency_above"])

@@ -5,6 +5,9 @@ size is a 400 that names it.
 `CallFilter` is shared by /api/calls/, the dashboard's feed (through `filter_calls`) and, as
 `ExportCallFilter`, by /api/export/ and `manage.py export`, so every face filters the same way
 (exports also account for the calls the node index cannot speak for).
+
+`backend` is one meaning everywhere (`took_part`): the calls that backend took part in, its own
+and, in the combined form, the `combined` calls with a part by it.
 """
 from __future__ import annotations
 
@@ -14,14 +17,14 @@ import datetime
 
 import django_filters as df
 from django import forms
-from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
+from django.db.models import DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.utils import translate_validation
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 
 from .. import nodeindex
-from ..models import AuditEvent, Call, Outcome, Verb
+from ..models import AuditEvent, BackendCall, Call, Outcome, Verb
 
 REPLAYS = ("exclude", "include", "only")
 VERDICTS = [("passed", "passed"), ("failed", "failed"), ("unresolvable", "unresolvable"), ("scored", "scored")]
@@ -53,6 +56,17 @@ class UtcDateTimeFilter(df.IsoDateTimeFilter):
     field_class = UtcDateTimeField
 
 
+def took_part(backend: str) -> Q:
+    """The calls `backend` took part in: its own (per-backend form; `combined` names the combined
+    calls), and the combined calls with a part by it. In the combined form every call's own
+    backend is `combined` and each backend answers in a part (BackendCall), so matching the
+    call's own backend alone found none of a backend's calls there. The part is looked up per
+    call through the parts' index on their call, which keeps a newest-first page a short walk
+    of the calls' own index."""
+    parts = BackendCall.objects.filter(call=OuterRef("pk"), backend=backend)
+    return Q(backend=backend) | Q(Exists(parts))
+
+
 class IdsFilter(df.BaseInFilter, df.NumberFilter):
     """`ids=1,2,3`: whole numbers, at most MAX_IDS of them."""
 
@@ -71,7 +85,11 @@ class CallFilter(df.FilterSet):
     namespace = df.CharFilter(field_name="pod_namespace", help_text="pod namespace")
     pod_uid = df.CharFilter(field_name="pod_uid")
     verb = df.ChoiceFilter(choices=Verb.choices)
-    backend = df.CharFilter(field_name="backend", help_text="a backend name, or combined")
+    backend = df.CharFilter(
+        method="filter_backend",
+        help_text="a backend name: the calls it took part in (in the combined form, the combined calls with a part"
+        " by it); or combined",
+    )
     outcome = df.ChoiceFilter(choices=Outcome.choices)
     attempt = df.CharFilter(field_name="attempt", help_text="the scheduling attempt key")
     since = UtcDateTimeFilter(field_name="started_at", lookup_expr="gte", help_text="started at or after (ISO 8601)")
@@ -97,6 +115,9 @@ class CallFilter(df.FilterSet):
             namespace, value = value.split("/", 1)
             queryset = queryset.filter(pod_namespace=namespace)
         return queryset.filter(pod_name=value)
+
+    def filter_backend(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(took_part(value))
 
     def filter_nothing(self, queryset: QuerySet, name: str, value: Any) -> QuerySet:
         return queryset  # node and verdict are applied together in filter_queryset

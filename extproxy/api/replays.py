@@ -31,7 +31,7 @@ from ..engine import get_engine
 from ..models import ReplayItem, ReplayRun
 from ..replay.runner import MAX_CALLS_PER_RUN, item_diff, missing_calls, missing_words, run_replay, select_calls
 from ..replay.cancel import request_cancel
-from ..replay.targets import TargetError, check
+from ..replay.targets import TargetError, check, standing_in_for_selected
 from ..replay.worker import beating, get_worker
 from ..roles import Perm
 from .bodies import MAX_ID, TRUE, flag, object_or_404
@@ -199,7 +199,9 @@ def start(data: dict[str, Any], user, request=None) -> tuple[ReplayRun, int]:
     selector = _selector(data)
     try:
         config = get_engine().config
-        target = check(data.get("target") or {"kind": "configured"}, config.policies, [b.name for b in config.backends])
+        names = [b.name for b in config.backends]
+        target = standing_in_for_selected(check(data.get("target") or {"kind": "configured"}, config.policies, names),
+                                          selector, names)
     except TargetError as exc:
         raise ValidationError({"target": str(exc)}) from None
     # The target is stored with the run and in the audit trail: its size is bounded, whatever

@@ -104,6 +104,19 @@ def check(target: dict[str, Any], policies: dict[str, Any], backends: Sequence[s
     return target
 
 
+def standing_in_for_selected(target: dict[str, Any], selector: dict[str, Any], backends: Sequence[str]) -> dict[str, Any]:
+    """A URL target without `replaces`, given with a selection by a configured backend X
+    (`filters.backend`): the target with `replaces: X`. Such a selection holds X's own calls,
+    which the target stands in for anyway, and the combined calls X took part in, where without
+    `replaces` the target stood in for nothing (an error per call with two backends or more):
+    the developer replaying "my backend's calls against my new build" means X. A `replaces`
+    given is kept; `combined` or a backend no longer configured names none."""
+    named = (selector.get("filters") or {}).get("backend")
+    if target.get("kind") == "url" and "replaces" not in target and named in backends:
+        return {**target, "replaces": named}
+    return target
+
+
 def _camel(config: BackendConfig) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "filterVerb": config.filter_verb,

@@ -27,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandError
 from extproxy.audit import Action, audit
 from extproxy.replay.diff import redaction_note
 from extproxy.replay.runner import Original, Replayer, Result, missing_calls, missing_words, run_replay, select_calls
-from extproxy.replay.targets import TargetError, check, load_rules
+from extproxy.replay.targets import TargetError, check, load_rules, standing_in_for_selected
 from extproxy.replay.worker import beating
 
 SHOW_CHANGED = 20
@@ -188,6 +188,7 @@ class Command(BaseCommand):
         from extproxy.models import ReplayRun
 
         selector = self.selector(options)
+        target = standing_in_for_selected(target, selector, [b.name for b in config.backends])  # --backend X: --replaces X
         if "calls" in selector:
             summary.missing = missing_calls(selector["calls"])
             if summary.missing:
