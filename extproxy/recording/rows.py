@@ -1,10 +1,9 @@
 """Turning one Trace into the rows that are stored: a Call and its BackendCalls.
 
-Owns reading the request (pod identity, node names), judging the reply the way the scheduler
-does (extproxy.semantics; remembered in verdicts.py), redaction (through extproxy.redaction,
-via blobs.compact_body), the bounds on stored fields, and the raw record for a call whose record cannot be built (bodies as
-received, finding `undecodable-request` or `undecodable-reply` with the reason).
-Returns unsaved model instances; must not write to the database (writer.py does).
+Owns reading the request (pod identity, node names), judging the reply the way the scheduler does (extproxy.semantics;
+remembered in verdicts.py), redaction (through extproxy.redaction, via blobs.compact_body), the bounds on stored fields,
+and the raw record for a call whose record cannot be built (bodies as received, finding `undecodable-request` or
+`undecodable-reply` with the reason). Returns unsaved model instances; must not write to the database (writer.py does).
 """
 from __future__ import annotations
 
@@ -161,7 +160,8 @@ def _outcome(trace: Trace, verdict: semantics.Verdict | None) -> tuple[Outcome, 
         if trace.truncated and not trace.transport_error:
             return Outcome.ERROR, "reply too large to judge: only its first part is kept (see findings)", [], []
         return Outcome.ERROR, trace.transport_error or "no answer", [], []
-    findings = list(verdict.findings)
+    # The combined entry answers Σ score × weight, out of 0..10 by design: a backend's own is found on its part.
+    findings = [f for f in verdict.findings if trace.form != "combined" or f.get("kind") != "score-out-of-range"]
     error = verdict.error
     if trace.status not in (None, 200) and trace.response_body:
         # The scheduler throws a non-200 body away; operators need it.
@@ -210,6 +210,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         else:
             response_blob = _remembered(extras, ("reply", rules), nodes, lambda: _stored(trace.response_body, rules, nodes))
         children = []
+        own = decisions  # the answer's: what the call's counts say (its parts' are their own)
         for child, c_ident, c_request in requests:
             kid, c_decisions = _backend_call(child, c_ident, c_request, rules, nodes, stage, echo)
             decisions = decisions + c_decisions
@@ -226,7 +227,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         raise Undecodable(stage.kind, exc) from exc
     if "request_error" in ident:
         findings.append({"kind": "bad-request", "detail": ident["request_error"]})
-    counts = _remembered(extras, "counts", nodes, lambda: Counter(map(_RESULT, decisions)))
+    counts = _remembered(extras, "counts", nodes, lambda: Counter(map(_RESULT, own)))
     call = _new(
         Call,
         call_id=trace.call_id,
@@ -351,7 +352,6 @@ def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built
     """
     from ..models import BackendCall, Call
 
-    finding = {"kind": kind, "detail": why}
     with collecting() as removed:  # by pattern: what it removed is removed where the call repeats it
         request_blob = raw_blob(bytes(trace.request_body), rules)
         requests = [raw_blob(bytes(c.request_body), rules) for c in trace.backend_calls]
@@ -366,7 +366,7 @@ def raw_call(trace: Trace, kind: str, why: str, rules: RedactionConfig) -> Built
         outcome="timeout" if trace.timed_out else "error",
         http_status=trace.status,
         error=_error_text(trace.transport_error or f"record not decodable: {why}", rules, echo),
-        findings=bounded_findings([finding] + list(trace.findings), rules, echo),
+        findings=bounded_findings([{"kind": kind, "detail": why}] + list(trace.findings), rules, echo),
         request_body=request_blob,
         response_body=raw_blob(bytes(trace.response_body), rules, echo),
         response_status=trace.answered_status,
