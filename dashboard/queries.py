@@ -142,7 +142,10 @@ def reason_summary(filter_calls_: list[Call], backends: dict | None = None) -> l
 
 
 def score_matrix(prioritize_calls: list[Call]) -> tuple[list[str], list[dict]]:
-    """(backends, rows sorted by rank): per node each backend's raw and weighted score, total."""
+    """(backends, rows sorted by rank): per node each backend's raw and weighted score, total.
+
+    The total is what the scheduler adds: each call's answer. A combined call's parts are shown
+    beside it, as the terms of its answer, and not added again."""
     backends: list[str] = []
     rows: OrderedDict[str, dict] = OrderedDict()
     for call in prioritize_calls:
@@ -154,7 +157,8 @@ def score_matrix(prioritize_calls: list[Call]) -> tuple[list[str], list[dict]]:
                 backends.append(backend)
             row = rows.setdefault(d["node"], {"node": d["node"], "scores": {}, "total": 0})
             row["scores"][backend] = {"score": d.get("score"), "weighted": d.get("weighted_score")}
-            row["total"] += d.get("weighted_score") or 0
+            if backend == call.backend:  # a combined call's parts are its answer's terms, not more of it
+                row["total"] += d.get("weighted_score") or 0
     ordered = sorted(rows.values(), key=lambda r: (-r["total"], r["node"]))
     for i, row in enumerate(ordered):  # equal totals share a rank ("1, 1, 3")
         row["rank"] = ordered[i - 1]["rank"] if i and ordered[i - 1]["total"] == row["total"] else i + 1

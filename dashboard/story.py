@@ -42,6 +42,7 @@ class Step:
     rejection: tuple[str, str] | None = None  # (node, reason) of the first node it rejected
     error: str = ""
     ignorable: bool = False
+    not_called: bool = False  # a combined call's part extproxy never sent (`error` says why)
 
 
 @dataclass
@@ -104,6 +105,11 @@ class _Source:
     error: str
     decisions: list[dict]
     node_count: int
+    not_called: bool = False
+
+
+def _not_called(part: Any) -> bool:
+    return any(isinstance(f, dict) and f.get("kind") == "not-called" for f in part.findings or ())
 
 
 def latest_per_backend(calls: Sequence[Any], verb: str) -> list[Any]:
@@ -124,7 +130,8 @@ def sources(calls: Sequence[Any], verb: str) -> list[_Source]:
         out = []
         for child in sorted(children_of(parent), key=lambda b: (b.started_at, b.id)):
             out.append(_Source(child.verb, child.backend, parent.id, child.started_at, child.finished_at,
-                               child.outcome, child.error, _decisions(child.decisions_blob), parent.node_count))
+                               child.outcome, child.error, _decisions(child.decisions_blob), parent.node_count,
+                               _not_called(child)))
         return out
     return [
         _Source(c.verb, c.backend, c.id, c.started_at, c.finished_at, c.outcome, c.error,
@@ -147,7 +154,8 @@ def filter_chain(calls: Sequence[Any], backends: Mapping[str, BackendConfig]) ->
         config = _config(backends, source.backend)
         step = Step("filter", source.backend, source.call_id, source.started_at,
                     _ms(source.started_at, source.finished_at), source.outcome, "", error=source.error,
-                    ignorable=config.ignorable, rejection=_first_rejection(source.decisions))
+                    ignorable=config.ignorable, rejection=_first_rejection(source.decisions),
+                    not_called=source.not_called)
         if chain.done:
             step.counted = "not counted"  # the scheduler had stopped: no call of its made this
         else:
@@ -168,7 +176,7 @@ def _score_steps(calls: Sequence[Any]) -> list[Step]:
         counted = "ok" if s.outcome == "ok" else "dropped"  # the scheduler ignores a failed prioritize
         steps.append(Step("prioritize", s.backend, s.call_id, s.started_at, _ms(s.started_at, s.finished_at),
                           s.outcome, counted, f"scored {scored} node(s)" if s.outcome == "ok" else "scores dropped",
-                          error=s.error))
+                          error=s.error, not_called=s.not_called))
     return steps
 
 
@@ -178,7 +186,7 @@ def _preempt_steps(calls: Sequence[Any], backends: Mapping[str, BackendConfig]) 
         ignorable = _config(backends, s.backend).ignorable
         counted = "ok" if s.outcome == "ok" else ("skipped" if ignorable else "error")
         steps.append(Step("preempt", s.backend, s.call_id, s.started_at, _ms(s.started_at, s.finished_at),
-                          s.outcome, counted, error=s.error, ignorable=ignorable))
+                          s.outcome, counted, error=s.error, ignorable=ignorable, not_called=s.not_called))
     return steps
 
 
@@ -266,7 +274,15 @@ def _why_pending(story: Story, calls, chain: FilterChain | None, backends, now, 
     failed_scheduling = [e for e in story.scheduler_says if e.kind == "FailedScheduling"]
     result = chain.result() if chain is not None else None
     bind_errors = [s for s in story.steps if s.verb == "bind" and s.counted == "error"]
-    if result is not None and result.error:
+    not_called = {s.backend for s in story.steps if s.verb == "filter" and s.not_called}
+    if result is not None and result.error and result.error_backend in not_called:
+        # No exchange with the backend failed: extproxy could not build its request. The
+        # operator's fix is extproxy's (its node cache), not the backend's.
+        story.state = "pending"
+        story.sentence = (f"Pending: extproxy did not call backend {result.error_backend}: {result.error}. "
+                          f"The scheduler failed the attempt on that error.")
+        story.group = fold_numbers(f"backend {result.error_backend} not called: {result.error}")
+    elif result is not None and result.error:
         story.state = "pending"
         story.sentence = (f"Pending: the scheduler failed the attempt on backend {result.error_backend}'s "
                           f"filter error: {result.error}")
