@@ -1,0 +1,104 @@
+"""A bound on how long one transaction of the recorder may take, kept on the client side.
+
+A PostgreSQL server alive at the TCP level that never answers (its process stuck, a pooler in
+front of it wedged) acknowledges every byte and every keepalive, so neither keepalives nor the
+TCP user timeout fire, and the recorder waited on its statement for ever: no draining, no
+reports, the spool filled and every later call was dropped. Past the deadline a watchdog thread
+shuts the connection's socket down (through a duplicate of its descriptor: shutdown acts on the
+socket both name), so the wait in progress sees the end of the stream and psycopg raises; the
+caller counts an outage and replaces the connection. psycopg's cancel would not do: it sends
+the cancel request over a new connection to the same server, which does not answer either.
+
+The server keeps its own half: the same bound is the transaction's statement_timeout (SET
+LOCAL), so a statement waiting on a lock another session holds (`LOCK TABLE`, a migration) is
+cancelled by the server, which still answers, and no backend is left waiting on the lock for
+long after the client gave up on it.
+
+SQLite has no server that can hang, and its busy timeout (settings.py) bounds a wait on a lock:
+nothing is done there.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from types import TracebackType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class DeadlinePassed(Exception):
+    """The database did not answer within the deadline: an outage, not a refusal of the data."""
+
+
+class Deadline:
+    """`with Deadline(seconds, wrapper):` the database work inside, on Django connection
+    `wrapper` (the thread's own, not the proxy), gives up after `seconds`; 0 means no bound."""
+
+    def __init__(self, seconds: float, wrapper: Any) -> None:
+        self.seconds = seconds if wrapper.vendor == "postgresql" else 0.0
+        self.wrapper = wrapper
+        self.passed = False
+        self._lock = threading.Lock()
+        self._done = False
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> Deadline:
+        if self.seconds > 0:
+            self._timer = threading.Timer(self.seconds, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        with self._lock:  # once past this, the watchdog touches the connection no more
+            self._done = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.passed and exc is not None and not isinstance(exc, DeadlinePassed):
+            raise DeadlinePassed(f"no answer from the database within {self.seconds:g} s "
+                                 f"(EXTPROXY_DB_STATEMENT_DEADLINE); connection shut") from exc
+        if self.passed and exc is None:  # it answered just as the socket was shut: not usable now
+            self._close()
+
+    def set_server_limit(self) -> None:
+        """Inside the transaction: each of its statements also ends on the server at the deadline."""
+        if self.seconds > 0:
+            with self.wrapper.cursor() as cursor:
+                cursor.execute("SET LOCAL statement_timeout = %s", [max(1, round(self.seconds * 1000))])
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            raw = getattr(self.wrapper, "connection", None)  # psycopg's, None while connecting
+            try:
+                fd = raw.pgconn.socket if raw is not None else -1
+            except Exception:  # closed meanwhile
+                fd = -1
+            if fd < 0:  # connecting (libpq's connect_timeout bounds that): looked at again soon
+                self._timer = threading.Timer(1.0, self._expire)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+            self.passed = True
+            try:
+                sock = socket.socket(fileno=os.dup(fd))
+            except OSError:
+                return
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # the peer closed it already
+                pass
+            finally:
+                sock.close()
+        log.error("recorder: no answer from the database within %g s; connection shut", self.seconds)
+
+    def _close(self) -> None:
+        try:
+            self.wrapper.close()
+        except Exception:  # closing a shut connection may fail too
+            pass
