@@ -5,7 +5,7 @@ nor the TCP user timeout fire. The recorder's batch has a deadline of its own
 spool, the connection replaced, retried), the recorder goes on, and once the database answers
 again every call is stored exactly once, a batch whose COMMIT the server took but never
 answered included. A table lock held by another session is the server's half: the same
-deadline is the batch's statement_timeout there. PostgreSQL only: SQLite has no server to hang
+deadline is each statement's statement_timeout, so the server ends that wait itself. PostgreSQL only: SQLite has no server to hang
 (its own busy timeout bounds a lock wait)."""
 from __future__ import annotations
 
@@ -141,6 +141,9 @@ def test_a_table_locked_by_another_session_fails_the_batch_at_its_deadline_and_l
         write_calls(spool, *batch)
         counters = counters_past(spool, "write_errors", errors)
         assert counters["database"]["ok"] is False
+        # The server ended the wait itself (its statement_timeout), rather than the client shutting
+        # the connection and leaving a backend waiting on the lock.
+        assert "statement timeout" in counters["database"]["error"]
         assert recorder.process.poll() is None
         counters_past(spool, "write_errors", counters["write_errors"])  # it retries, and fails again
         locker.commit()

@@ -9,10 +9,12 @@ socket both name), so the wait in progress sees the end of the stream and psycop
 caller counts an outage and replaces the connection. psycopg's cancel would not do: it sends
 the cancel request over a new connection to the same server, which does not answer either.
 
-The server keeps its own half: the same bound is the transaction's statement_timeout (SET
-LOCAL), so a statement waiting on a lock another session holds (`LOCK TABLE`, a migration) is
-cancelled by the server, which still answers, and no backend is left waiting on the lock for
-long after the client gave up on it.
+The server keeps its own half: the same bound is each statement's statement_timeout (SET
+LOCAL: this transaction only), so a statement waiting on a lock another session holds (`LOCK
+TABLE`, a migration) is cancelled by the server itself, which still answers: the connection is
+kept, the error says why, and no backend is left behind waiting on the lock (with the socket
+shut instead, each retry left one, holding a connection slot until the lock went). The watchdog
+waits GRACE longer, so that a server that answers at all ends the statement first.
 
 SQLite has no server that can hang, and its busy timeout (settings.py) bounds a wait on a lock:
 nothing is done there.
@@ -27,6 +29,8 @@ from types import TracebackType
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+GRACE = 1.0  # seconds the watchdog waits past the deadline for the server's statement_timeout
 
 
 class DeadlinePassed(Exception):
@@ -47,7 +51,7 @@ class Deadline:
 
     def __enter__(self) -> Deadline:
         if self.seconds > 0:
-            self._timer = threading.Timer(self.seconds, self._expire)
+            self._timer = threading.Timer(self.seconds + GRACE, self._expire)
             self._timer.daemon = True
             self._timer.start()
         return self
@@ -60,7 +64,7 @@ class Deadline:
             self._timer.cancel()
         if self.passed and exc is not None and not isinstance(exc, DeadlinePassed):
             raise DeadlinePassed(f"no answer from the database within {self.seconds:g} s "
-                                 f"(EXTPROXY_DB_STATEMENT_DEADLINE); connection shut") from exc
+                                 f"(EXTPROXY_DB_STATEMENT_DEADLINE) and {GRACE:g} s more; connection shut") from exc
         if self.passed and exc is None:  # it answered just as the socket was shut: not usable now
             self._close()
 
@@ -95,7 +99,7 @@ class Deadline:
                 pass
             finally:
                 sock.close()
-        log.error("recorder: no answer from the database within %g s; connection shut", self.seconds)
+        log.error("recorder: no answer from the database within %g s; connection shut", self.seconds + GRACE)
 
     def _close(self) -> None:
         try:
