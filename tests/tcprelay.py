@@ -13,8 +13,9 @@ an answer to what was already taken.
 `swallow()`: a peer alive at the TCP level that never answers (a server process stuck, a pooler
 in front of it wedged). Every connection reads on and discards what its client sends, window
 open, every byte and keepalive acknowledged, and passes nothing back; a connection opened
-meanwhile reaches no server. `swallow_after_commit()`: the same, from the moment a client's
-COMMIT has been passed on, so the server commits what the client never hears committed.
+meanwhile reaches no server. `swallow_after(marker)`: the same for a connection from the moment
+it has passed on a message holding `marker` (COMMIT: the server commits what the client never
+hears committed; a query's text: the client hangs on that query only).
 `relay_again()`: new connections relay; one that swallowed anything goes on swallowing (its
 protocol stream has a hole in it), as a wedged peer's old connections do.
 """
@@ -24,7 +25,7 @@ import select
 import socket
 import threading
 
-COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # frontend message 'Q', length 11, the query text
+COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # psycopg's COMMIT: a simple-query message ('Q', length 11, the text)
 RECEIVE_BUFFER = 4096  # towards the client: the kernel doubles it; the window closes after ~8 KiB
 
 
@@ -43,7 +44,7 @@ class FreezableRelay:
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
         self._swallowing = False
-        self._swallow_after_commit = False
+        self._swallow_marker: bytes | None = None
         self._swallowed: set[socket.socket] = set()  # client sockets that never get an answer again
         self.swallowed_bytes = 0
         threading.Thread(target=self._accept, daemon=True).start()
@@ -65,13 +66,13 @@ class FreezableRelay:
         with self._lock:
             self._swallowing = True
 
-    def swallow_after_commit(self) -> None:
+    def swallow_after(self, marker: bytes) -> None:
         with self._lock:
-            self._swallow_after_commit = True
+            self._swallow_marker = marker
 
     def relay_again(self) -> None:
         with self._lock:
-            self._swallowing = self._swallow_after_commit = False
+            self._swallowing, self._swallow_marker = False, None
 
     def close(self) -> None:
         self._closed.set()
@@ -125,7 +126,7 @@ class FreezableRelay:
                 sink.sendall(data)
                 if from_client:
                     self._spend(len(data))
-                    self._mark_commit(client, data)
+                    self._mark(client, data)
         except OSError:
             pass
         for sock in (source, sink):
@@ -143,11 +144,10 @@ class FreezableRelay:
                 self._swallowed.add(client)
             return client in self._swallowed
 
-    def _mark_commit(self, client, data: bytes) -> None:
-        """A COMMIT (a simple-query message, as psycopg sends it) just passed on: the answer
-        to it and everything after is swallowed."""
+    def _mark(self, client, data: bytes) -> None:
+        """The marker just passed on: the answer to it and everything after is swallowed."""
         with self._lock:
-            if self._swallow_after_commit and COMMIT in data:
+            if self._swallow_marker is not None and self._swallow_marker in data:
                 self._swallowed.add(client)
 
     def _allowed(self) -> int:

@@ -18,7 +18,7 @@ import pytest
 from extproxy.models import Call
 from extproxy.recording.observe import read_recorder_counters, spool_status
 from tests.conftest import RecorderProcess, wait_for_drain
-from tests.tcprelay import FreezableRelay
+from tests.tcprelay import COMMIT, FreezableRelay
 from tests.test_database_keepalive import wait_for, write_calls
 from tests.test_recorder import make_trace
 
@@ -104,7 +104,7 @@ def test_a_batch_whose_commit_the_server_took_but_never_answered_is_not_stored_t
     try:
         wait_for_drain(spool, recorder, timeout=60)
         errors = read_recorder_counters(spool).get("write_errors", 0)
-        relay.swallow_after_commit()
+        relay.swallow_after(COMMIT)
         batch = [make_trace() for _ in range(10)]
         write_calls(spool, *batch)
         # The server commits the batch; the recorder never hears so and fails it at its deadline.
@@ -156,3 +156,26 @@ def test_a_table_locked_by_another_session_fails_the_batch_at_its_deadline_and_l
             locker.rollback()
         locker.close()
         recorder.stop()
+
+
+# The first query of a retention pass (pruning.delete_calls: the oldest calls past the age limit).
+RETENTION_QUERY = b'AS "pk", "extproxy_call"."started_at" AS "started_at" FROM "extproxy_call"'
+
+
+def test_a_retention_pass_the_database_never_answers_does_not_stop_recording(transactional_db, tmp_path):
+    """The recorder's loop runs retention passes too, on the same connection: one waiting for
+    ever on its query stopped the draining just the same. Its statements carry the deadline."""
+    relay = relay_to_database()
+    relay.swallow_after(RETENTION_QUERY)  # the pass the recorder runs as it starts
+    spool = tmp_path / "spool"
+    calls = [make_trace() for _ in range(5)]
+    write_calls(spool, *calls)
+    recorder = recorder_through(relay, spool)
+    try:
+        wait_for_drain(spool, recorder, timeout=90)  # on a new connection, past the failed pass
+        assert relay.swallowed_bytes > 0  # the pass's query was taken and its answer never came
+        assert "retention pass failed" in recorder.output()
+        assert stored_once(calls)
+    finally:
+        recorder.stop()
+        relay.close()

@@ -6,15 +6,20 @@ TCP user timeout fire, and the recorder waited on its statement for ever: no dra
 reports, the spool filled and every later call was dropped. Past the deadline a watchdog thread
 shuts the connection's socket down (through a duplicate of its descriptor: shutdown acts on the
 socket both name), so the wait in progress sees the end of the stream and psycopg raises; the
-caller counts an outage and replaces the connection. psycopg's cancel would not do: it sends
-the cancel request over a new connection to the same server, which does not answer either.
+caller counts an outage and replaces the connection. psycopg's cancel is no help here: it sends
+the cancel request over a new connection to the same address, which a wedged pooler or server
+does not answer either, and a stuck backend need not act on it.
 
 The server keeps its own half: the same bound is each statement's statement_timeout (SET
 LOCAL: this transaction only), so a statement waiting on a lock another session holds (`LOCK
 TABLE`, a migration) is cancelled by the server itself, which still answers: the connection is
-kept, the error says why, and no backend is left behind waiting on the lock (with the socket
-shut instead, each retry left one, holding a connection slot until the lock went). The watchdog
-waits GRACE longer, so that a server that answers at all ends the statement first.
+kept, the error says why, and no backend is left behind waiting on the lock (a backend waiting
+on a lock does not look at its client's socket, so with the socket shut instead each retry could
+leave one, holding a connection slot, until the lock went). The watchdog waits GRACE longer, so
+that a server that answers at all ends the statement first.
+
+A retention pass is no one transaction of bounded size: there the bound is each statement's
+(`each_statement`, by the watchdog alone), as its queries work through chunks.
 
 SQLite has no server that can hang, and its busy timeout (settings.py) bounds a wait on a lock:
 nothing is done there.
@@ -26,7 +31,7 @@ import os
 import socket
 import threading
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,7 @@ class Deadline:
             raise DeadlinePassed(f"no answer from the database within {self.seconds:g} s "
                                  f"(EXTPROXY_DB_STATEMENT_DEADLINE) and {GRACE:g} s more; connection shut") from exc
         if self.passed and exc is None:  # it answered just as the socket was shut: not usable now
-            self._close()
+            close_quietly(self.wrapper)
 
     def set_server_limit(self) -> None:
         """Inside the transaction: each of its statements also ends on the server at the deadline."""
@@ -101,8 +106,19 @@ class Deadline:
                 sock.close()
         log.error("recorder: no answer from the database within %g s; connection shut", self.seconds + GRACE)
 
-    def _close(self) -> None:
-        try:
-            self.wrapper.close()
-        except Exception:  # closing a shut connection may fail too
-            pass
+
+
+def each_statement(seconds: float, wrapper: Any) -> Callable[..., Any]:
+    """For `wrapper.execute_wrapper(...)`: every statement run inside gets its own Deadline."""
+    def bounded(execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: Any) -> Any:
+        with Deadline(seconds, wrapper):
+            return execute(sql, params, many, context)
+    return bounded
+
+
+def close_quietly(wrapper: Any) -> None:
+    """Close a Django connection that may be broken (it is opened again at its next use)."""
+    try:
+        wrapper.close()
+    except Exception:  # closing a shut connection may fail too
+        pass

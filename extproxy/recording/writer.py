@@ -28,7 +28,7 @@ from .bulk import insert_rows, live_summary
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
 from .counters import Counters
-from .deadline import Deadline
+from .deadline import Deadline, close_quietly, each_statement
 from .observe import read_recorder_counters, write_recorder_counters
 from .spool_reader import ReadResult, SpoolReader
 from .trace import Trace, UnreadableRecord, decode_record, record_size
@@ -377,15 +377,20 @@ class Drainer:
             log.exception("recorder: publishing %d live events failed", len(summaries))
 
     def _maybe_prune(self) -> None:
+        from django.db import connections
+
         if self.retention is None or time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + PRUNE_EVERY
+        database = connections["default"]
         try:
             # A Node it deletes that the writer still remembers is found gone when a later call
             # refers to it, and stored again (BatchWriter._touch_nodes), as for any other pass.
-            prune(self.retention)
+            with database.execute_wrapper(each_statement(self.writer.deadline, database)):
+                prune(self.retention)
         except Exception:  # retention is retried on the next pass; recording goes on
             log.exception("recorder: retention pass failed")
+            close_quietly(database)  # maybe shut by its deadline: the next batch opens a new one
 
     def close(self) -> None:
         self.reader.close()
