@@ -5,7 +5,8 @@ nor the TCP user timeout fire. The recorder's batch has a deadline of its own
 spool, the connection replaced, retried), the recorder goes on, and once the database answers
 again every call is stored exactly once, a batch whose COMMIT the server took but never
 answered included. A table lock held by another session is the server's half: the same
-deadline is each statement's statement_timeout, so the server ends that wait itself. PostgreSQL only: SQLite has no server to hang
+deadline is each statement's statement_timeout, so the server ends that wait itself. A
+retention pass's statements carry the deadline too. PostgreSQL only: SQLite has no server to hang
 (its own busy timeout bounds a lock wait)."""
 from __future__ import annotations
 
