@@ -399,6 +399,13 @@ if EXTPROXY_SPOOL_RECYCLE_SEGMENTS < 0:
 EXTPROXY_HANDOFF_BYTES = envint("EXTPROXY_HANDOFF_BYTES", 256 << 20)
 EXTPROXY_SHUTDOWN_FLUSH_SECONDS = float(os.environ.get("EXTPROXY_SHUTDOWN_FLUSH_SECONDS") or 5.0)
 EXTPROXY_RECORDER_NICE = envint("EXTPROXY_RECORDER_NICE", 10)
+# PostgreSQL: seconds one recorder transaction (a batch, a check) may take before it is given up
+# as an outage (recording/deadline.py): a server that takes every byte and never answers fires
+# neither keepalives nor the TCP user timeout. 0 = no bound.
+EXTPROXY_DB_STATEMENT_DEADLINE = envfloat("EXTPROXY_DB_STATEMENT_DEADLINE", 60.0)
+if not 0 <= EXTPROXY_DB_STATEMENT_DEADLINE < 1e6:  # NaN and inf fail too
+    raise ValueError(f"EXTPROXY_DB_STATEMENT_DEADLINE={os.environ.get('EXTPROXY_DB_STATEMENT_DEADLINE')!r}: "
+                     "expected seconds, 0 (no bound) or more")
 # Every dashboard page warns once the oldest call not yet stored is this old (the recorder is
 # behind), and refreshes that warning every EXTPROXY_RECORD_STATUS_POLL_SECONDS.
 EXTPROXY_RECORD_BEHIND_SECONDS = envfloat("EXTPROXY_RECORD_BEHIND_SECONDS", 10.0)

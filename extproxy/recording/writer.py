@@ -28,6 +28,7 @@ from .bulk import insert_rows, live_summary
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
 from .counters import Counters
+from .deadline import Deadline, close_quietly, each_statement
 from .observe import read_recorder_counters, write_recorder_counters
 from .spool_reader import ReadResult, SpoolReader
 from .trace import Trace, UnreadableRecord, decode_record, record_size
@@ -54,6 +55,7 @@ class BatchWriter:
         self._raw_ids: set[str] = set()  # call ids of the batch being built that are raw records
         self._traces: list[Trace] = []  # the batch being built: its bodies hold its Node objects
         self.nodes_stored_again = 0  # Node objects retention deleted while remembered here, stored again
+        self.deadline = 0.0  # seconds one store may take (deadline.py); 0: no bound
 
     def mark_raw(self, call_id: str) -> None:
         """The batch's call `call_id` is now a raw record (apart.py): counted as one when stored."""
@@ -82,11 +84,12 @@ class BatchWriter:
 
         Returns the summaries (the live stream's payload) of the calls newly stored.
         """
-        from django.db import transaction
+        from django.db import connections, transaction
 
         from ..models import BackendCall, Call, NodeObject
 
-        with transaction.atomic():
+        with Deadline(self.deadline, connections["default"]) as deadline, transaction.atomic():
+            deadline.set_server_limit()
             if new_nodes:  # one already stored (before a restart, say) is refreshed as if touched
                 NodeObject.objects.bulk_create(new_nodes, update_conflicts=True, unique_fields=["sha256"],
                                                update_fields=["last_seen"], batch_size=500)
@@ -204,6 +207,7 @@ class Drainer:
         # Finished segments kept for the serving process to overwrite (EXTPROXY_SPOOL_RECYCLE_SEGMENTS).
         self.reader = SpoolReader(self.root, settings.EXTPROXY_SPOOL_RECYCLE_SEGMENTS if recycle is None else recycle)
         self.writer = BatchWriter(redaction)
+        self.writer.deadline = settings.EXTPROXY_DB_STATEMENT_DEADLINE
         self.retention = retention
         self.publisher = publisher
         self.stop = stop or threading.Event()
@@ -323,10 +327,10 @@ class Drainer:
     def _check_database(self) -> None:
         """While idle, a `SELECT 1` each heartbeat, so that /readyz and /metrics tell an
         outage before the next call has to be written."""
-        from django.db import connection
+        from django.db import connection, connections
 
         try:
-            with connection.cursor() as cursor:
+            with Deadline(self.writer.deadline, connections["default"]), connection.cursor() as cursor:
                 cursor.execute("SELECT 1")
             self.counters.database_works()
         except Exception as exc:
@@ -373,15 +377,20 @@ class Drainer:
             log.exception("recorder: publishing %d live events failed", len(summaries))
 
     def _maybe_prune(self) -> None:
+        from django.db import connections
+
         if self.retention is None or time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + PRUNE_EVERY
+        database = connections["default"]
         try:
             # A Node it deletes that the writer still remembers is found gone when a later call
             # refers to it, and stored again (BatchWriter._touch_nodes), as for any other pass.
-            prune(self.retention)
+            with database.execute_wrapper(each_statement(self.writer.deadline, database)):
+                prune(self.retention)
         except Exception:  # retention is retried on the next pass; recording goes on
             log.exception("recorder: retention pass failed")
+            close_quietly(database)  # maybe shut by its deadline: the next batch opens a new one
 
     def close(self) -> None:
         self.reader.close()
