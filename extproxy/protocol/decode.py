@@ -98,7 +98,7 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
             nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items, recent)
         else:
             names = _string_list(val, "ExtenderArgs.NodeNames")
-    return ArgsParts(pod_raw, identity_of(pod_raw, "ExtenderArgs.Pod"), nodes, names)
+    return ArgsParts(pod_raw, identity_of(pod_raw, "Pod", "Pod"), nodes, names)
 
 
 @as_go_reads  # besides read_extender_args: the Pod and Nodes are decoded whole here

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import msgspec
 
+from .identity import identity
 from .gojson import (
     ProtocolError,
     _Buf,
@@ -29,41 +30,18 @@ from .gojson import (
 _F_NODELIST = _Fields(["metadata", "items"])  # json tags match case-insensitively too
 
 
-class _Meta(msgspec.Struct):
-    name: str | None = None
-    namespace: str | None = None
-    uid: str | None = None
-
-
-class _Identified(msgspec.Struct):
-    """A Kubernetes object seen only for its identity (the rest is skipped, not built)."""
-
-    metadata: _Meta | None = None
-
-
-_identity_decoder = msgspec.json.Decoder(_Identified | None)
-
-def identity_of(raw: _Buf, where: str) -> tuple[str, str, str]:
+def identity_of(raw: _Buf, path: str = "Nodes.items", gotype: str = "Node") -> tuple[str, str, str]:
     """(namespace, name, uid) of one Pod or Node object's JSON; '' for absent fields or null.
 
-    Those three are typed like Go's ObjectMeta (a number for a name fails); the rest of the
-    object is neither built nor type-checked.
+    Read as kube-scheduler reads them (identity.identity): ``path`` is the object's place in the
+    message as a Go type error names it (``Pod``, ``Nodes.items``), ``gotype`` its Go struct.
     """
-    try:
-        obj = _identity_decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise ProtocolError(f"json: cannot unmarshal {where}: {exc}") from None
-    md = obj.metadata if obj is not None else None
-    return (md.namespace or "", md.name or "", md.uid or "") if md is not None else ("", "", "")
+    return identity(raw, path, gotype)
 
 
 def node_name_of(item: _Buf) -> str:
-    """metadata.name of one Node object's JSON ('' when absent or when the item is null)."""
-    return identity_of(item, "NodeList.items")[1]
-
-
-def _name(obj: _Identified | None) -> str:
-    return (obj.metadata.name or "") if obj is not None and obj.metadata is not None else ""
+    """metadata.name of one Node object's JSON in a NodeList ('' when absent or when null)."""
+    return identity(item, "Nodes.items", "Node")[1]
 
 
 @dataclass(slots=True)
@@ -119,9 +97,9 @@ class _ExactNodeList(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class _ExactNamedList(msgspec.Struct, forbid_unknown_fields=True):
-    """The same, when only the items' names are wanted: nothing but them is built."""
+    """The same, when only the items' names are wanted: the items are not copied."""
 
-    items: list[_Identified | None] | None = None
+    items: list[msgspec.Raw] | None = None
     metadata: msgspec.Raw = msgspec.Raw(b"null")
 
 
@@ -161,7 +139,11 @@ def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentByt
         try:
             named = _exact_named_list.decode(raw)
             meta = _object(_trim(named.metadata), "NodeList.metadata", "v1.ListMeta") or {}
-            return NodeListParts(None, [_name(obj) for obj in named.items or ()], meta)
+            views = [memoryview(item) for item in named.items or ()]
+            for view in views:
+                if view[0] not in (0x7B, 0x6E):  # '{' or 'n': as _checked_items
+                    raise _type_error(_jkind(view), "NodeList.items", "v1.Node")
+            return NodeListParts(None, [node_name_of(view) for view in views], meta)
         except msgspec.ValidationError:
             pass  # other spellings, or wrong types: the exact reading below says which
     try:  # keys exactly "items"/"metadata": one C pass (a repeated key: the last one, as in Go)
