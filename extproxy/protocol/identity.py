@@ -6,10 +6,14 @@ is decoded into the same field again (ObjectMeta merges, a string's last value w
 changes nothing), and a wrong type fails with Go's text. A backend's reply is untrusted, so the
 identity the proxy acts on must be the one the scheduler would have read.
 
-The usual object is read in one pass of msgspec's C decoder: its keys, as decoded, show every
-spelling (escapes included), and the lengths of its pairs adding up to the object's own length
-shows that no key was given twice (_plain). Anything else (another spelling, a repeated key,
-whitespace, a wrong type) is read pair by pair by Go's rules (_by_go_rules).
+The usual object is read in one pass of msgspec's C decoder, into structs that take only the
+keys Node and Pod objects and their ObjectMeta have, spelled as Go's tags are (any other key,
+``Metadata`` or ``NAME`` or ``"n\\u0061me"`` included, fails the pass). What msgspec cannot
+say is whether a key came twice (it keeps the last); encoded again, the struct gives the pairs
+it kept in their shortest form, and the values' bytes as they came (``Raw``), so the encoding is
+as long as the object only if no pair was dropped, no key was escaped and no whitespace was
+skipped. Anything else (another spelling, a repeated key, whitespace, an unknown key, a wrong
+type) is read pair by pair by Go's rules (_by_go_rules).
 
 May import: the standard library, msgspec and ``protocol.gojson``. No Django, no I/O.
 """
@@ -24,15 +28,61 @@ _F_OBJECT = _Fields(["metadata"])
 _F_META = _Fields(["name", "namespace", "uid"])
 _GO_TYPES = {"name": "string", "namespace": "string", "uid": "types.UID"}  # ObjectMeta's fields
 
-_raw_dict = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _str = msgspec.json.Decoder(str | None)
 _encoder = msgspec.json.Encoder()
 
-#: Keys known to bind as spelled, per struct: the field names themselves, and keys met before
-#: that bind to none of them. A Node's keys are the same from one object to the next, so each
-#: is folded once. Bounded: emptied (but for the field names) when full.
-_AS_SPELLED: dict[int, set[str]] = {id(_F_OBJECT): {"metadata"}, id(_F_META): {"name", "namespace", "uid"}}
-_AS_SPELLED_MAX = 4096
+_Seen = msgspec.Raw | msgspec.UnsetType  # a value's bytes as they came; UNSET: no such key
+
+
+class _PlainObject(msgspec.Struct, forbid_unknown_fields=True):
+    """A Node's or a Pod's keys, as Go's tags spell them (TypeMeta's inline, then the fields)."""
+
+    apiVersion: _Seen = msgspec.UNSET
+    kind: _Seen = msgspec.UNSET
+    metadata: _Seen = msgspec.UNSET
+    spec: _Seen = msgspec.UNSET
+    status: _Seen = msgspec.UNSET
+
+
+class _PlainMeta(msgspec.Struct, forbid_unknown_fields=True):
+    """ObjectMeta's keys, as its json tags spell them (clusterName: until Kubernetes 1.25)."""
+
+    name: _Seen = msgspec.UNSET
+    generateName: _Seen = msgspec.UNSET
+    namespace: _Seen = msgspec.UNSET
+    selfLink: _Seen = msgspec.UNSET
+    uid: _Seen = msgspec.UNSET
+    resourceVersion: _Seen = msgspec.UNSET
+    generation: _Seen = msgspec.UNSET
+    creationTimestamp: _Seen = msgspec.UNSET
+    deletionTimestamp: _Seen = msgspec.UNSET
+    deletionGracePeriodSeconds: _Seen = msgspec.UNSET
+    labels: _Seen = msgspec.UNSET
+    annotations: _Seen = msgspec.UNSET
+    ownerReferences: _Seen = msgspec.UNSET
+    finalizers: _Seen = msgspec.UNSET
+    clusterName: _Seen = msgspec.UNSET
+    managedFields: _Seen = msgspec.UNSET
+
+
+class _PlainNode(msgspec.Struct, forbid_unknown_fields=True):
+    """_PlainObject with its ObjectMeta read in the same pass (a NodeList's names, at once)."""
+
+    apiVersion: _Seen = msgspec.UNSET
+    kind: _Seen = msgspec.UNSET
+    metadata: _PlainMeta | None | msgspec.UnsetType = msgspec.UNSET
+    spec: _Seen = msgspec.UNSET
+    status: _Seen = msgspec.UNSET
+
+
+class _PlainNodeList(msgspec.Struct, forbid_unknown_fields=True):
+    items: list[_PlainNode | None] | None | msgspec.UnsetType = msgspec.UNSET
+    metadata: _Seen = msgspec.UNSET
+
+
+_plain_object = msgspec.json.Decoder(_PlainObject)
+_plain_meta = msgspec.json.Decoder(_PlainMeta)
+_plain_node_list = msgspec.json.Decoder(_PlainNodeList)
 
 
 def identity(raw: _Buf, path: str, gotype: str) -> tuple[str, str, str]:
@@ -50,55 +100,43 @@ def identity(raw: _Buf, path: str, gotype: str) -> tuple[str, str, str]:
     return found if found is not None else _by_go_rules(raw, path, gotype)
 
 
+def plain_node_names(raw: _Buf) -> tuple[list[str], msgspec.Raw | None] | None:
+    """A NodeList's items' names and its metadata's bytes (None: absent), read in one pass, as
+    identity() reads each item; None when Go's reading could differ (then read each item)."""
+    try:
+        nodes = _plain_node_list.decode(raw)
+        if len(_encoder.encode(nodes)) != len(raw):
+            return None
+        names = []
+        for node in nodes.items or ():
+            meta = node.metadata if node is not None else None
+            if meta is None or meta is msgspec.UNSET:
+                names.append("")
+            else:  # the namespace and uid are type-checked as Go checks them, and dropped
+                _text(meta.namespace), _text(meta.uid)
+                names.append(_text(meta.name))
+    except (msgspec.DecodeError, UnicodeDecodeError):  # a wrong type, or text msgspec refuses
+        return None
+    return names, (None if nodes.metadata is msgspec.UNSET else nodes.metadata)
+
+
 def _plain(raw: _Buf) -> tuple[str, str, str] | None:
-    """The identity, or None when Go's reading could differ from a plain one (see the module)."""
-    if bytes(raw[:1]) != b"{":
+    """The identity, or None when Go's reading could differ from this one (see the module)."""
+    obj = _plain_object.decode(raw)
+    if len(_encoder.encode(obj)) != len(raw):
         return None
-    top = _raw_dict.decode(raw)
-    if not _as_spelled(top, _F_OBJECT) or not _once_each(top, raw):
-        return None
-    meta = top.get("metadata")
-    if meta is None:
+    meta = obj.metadata
+    if meta is msgspec.UNSET or bytes(memoryview(meta)[:1]) == b"n":
         return "", "", ""
-    first = bytes(memoryview(meta)[:1])
-    if first == b"n":
-        return "", "", ""
-    if first != b"{":
+    fields = _plain_meta.decode(meta)
+    if len(_encoder.encode(fields)) != len(meta):
         return None
-    fields = _raw_dict.decode(meta)
-    if not _as_spelled(fields, _F_META) or not _once_each(fields, meta):
-        return None
-    name, namespace, uid = fields.get("name"), fields.get("namespace"), fields.get("uid")
     # a wrong type raises: the object is read again by Go's rules, for Go's text
-    return (_str.decode(namespace) or "" if namespace is not None else "",
-            _str.decode(name) or "" if name is not None else "",
-            _str.decode(uid) or "" if uid is not None else "")
+    return _text(fields.namespace), _text(fields.name), _text(fields.uid)
 
 
-def _as_spelled(pairs: dict[str, msgspec.Raw], fields: _Fields) -> bool:
-    """Whether each key of ``pairs`` is a field's own name or binds to none of ``fields``."""
-    known = _AS_SPELLED[id(fields)]
-    if known.issuperset(pairs):
-        return True
-    for key in pairs:
-        if key not in known:
-            if fields.match(key) is not None:  # another spelling of a field
-                return False
-            if len(known) >= _AS_SPELLED_MAX:
-                known.intersection_update(fields.exact)
-            known.add(key)
-    return True
-
-
-def _once_each(pairs: dict[str, msgspec.Raw], raw: _Buf | msgspec.Raw) -> bool:
-    """Whether the object ``raw`` decoded to ``pairs`` holds each key once.
-
-    Encoded again, the pairs give back the very bytes read only if no pair was dropped (a key
-    given twice keeps one value in the dict); an escaped key or whitespace also differs, and is
-    read by Go's rules too.
-    """
-    again = _encoder.encode(pairs)
-    return len(again) == len(raw) and again == (raw if isinstance(raw, bytes) else bytes(raw))
+def _text(value: _Seen) -> str:
+    return "" if value is msgspec.UNSET else _str.decode(value) or ""
 
 
 def _by_go_rules(raw: _Buf, path: str, gotype: str) -> tuple[str, str, str]:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import msgspec
 
-from .identity import identity
+from .identity import identity, plain_node_names
 from .gojson import (
     ProtocolError,
     _Buf,
@@ -96,15 +96,7 @@ class _ExactNodeList(msgspec.Struct, forbid_unknown_fields=True):
     metadata: msgspec.Raw = msgspec.Raw(b"null")
 
 
-class _ExactNamedList(msgspec.Struct, forbid_unknown_fields=True):
-    """The same, when only the items' names are wanted: the items are not copied."""
-
-    items: list[msgspec.Raw] | None = None
-    metadata: msgspec.Raw = msgspec.Raw(b"null")
-
-
 _exact_node_list = msgspec.json.Decoder(_ExactNodeList)
-_exact_named_list = msgspec.json.Decoder(_ExactNamedList)
 
 
 Known = tuple[list[bytes], list[str]]  # Node objects' bytes and, in the same order, their names
@@ -136,16 +128,11 @@ def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentByt
     if k != "object":
         raise _type_error(k, where, "v1.NodeList")
     if not keep_items:
-        try:
-            named = _exact_named_list.decode(raw)
-            meta = _object(_trim(named.metadata), "NodeList.metadata", "v1.ListMeta") or {}
-            views = [memoryview(item) for item in named.items or ()]
-            for view in views:
-                if view[0] not in (0x7B, 0x6E):  # '{' or 'n': as _checked_items
-                    raise _type_error(_jkind(view), "NodeList.items", "v1.Node")
-            return NodeListParts(None, [node_name_of(view) for view in views], meta)
-        except msgspec.ValidationError:
-            pass  # other spellings, or wrong types: the exact reading below says which
+        plain = plain_node_names(raw)  # the usual list: names only, one pass
+        if plain is not None:
+            names, list_meta = plain
+            meta = _object(_trim(list_meta), "NodeList.metadata", "v1.ListMeta") or {} if list_meta is not None else {}
+            return NodeListParts(None, names, meta)
     try:  # keys exactly "items"/"metadata": one C pass (a repeated key: the last one, as in Go)
         exact = _exact_node_list.decode(raw)
         items, matched = _match_known(exact.items or (), known)
