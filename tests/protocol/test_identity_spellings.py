@@ -119,3 +119,24 @@ def test_a_large_object_with_other_keys_is_read_alike():
     item = (b'{"kind":"Node","apiVersion":"v1","metadata":{"labels":{' + labels + b'},"Name":"big",'
             b'"annotations":{"Name":"not this"}},"spec":{"name":"nor this"},"status":{"images":[{"names":["x"]}]}}')
     assert names(filter_reply(item), keep_items=True) == ["big"]
+
+
+VICTIMS = {  # a preempt reply's victims: MetaPod{UID string} (no json tag: the key is "UID", any case)
+    '[{"UID":"a"}]': ["a"],
+    '[{"uid":"a"}]': ["a"],
+    '[{"Uid":"a","uID":"b"}]': ["b"],
+    '[{"UID":"a","uid":null}]': ["a"],
+    '[{"\\u0055ID":"a"}]': ["a"],
+    # map values add no field name; the element of Pods none either (addErrorContext's FieldStack)
+    '[{"uid":5}]': "json: cannot unmarshal number into Go struct field MetaPod.NodeNameToMetaVictims.Pods.UID of type string",
+}
+
+
+@pytest.mark.parametrize("pods", sorted(VICTIMS))
+def test_a_victims_uid_is_read_as_go_reads_it(pods):
+    body = b'{"NodeNameToMetaVictims":{"node-1":{"Pods":' + pods.encode() + b',"NumPDBViolations":0}}}'
+    try:
+        got = p.decode_preemption_result(body).node_to_meta_victims["node-1"].pods
+    except ProtocolError as exc:
+        got = str(exc)
+    assert got == VICTIMS[pods]
