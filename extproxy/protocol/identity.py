@@ -123,16 +123,32 @@ def plain_node_names(raw: _Buf) -> tuple[list[str], msgspec.Raw | None] | None:
 def _plain(raw: _Buf) -> tuple[str, str, str] | None:
     """The identity, or None when Go's reading could differ from this one (see the module)."""
     obj = _plain_object.decode(raw)
-    if len(_encoder.encode(obj)) != len(raw):
+    if len(_encoder.encode(obj)) != len(raw) and not _once_literally(raw, _OBJECT_KEYS):
         return None
     meta = obj.metadata
     if meta is msgspec.UNSET or bytes(memoryview(meta)[:1]) == b"n":
         return "", "", ""
     fields = _plain_meta.decode(meta)
-    if len(_encoder.encode(fields)) != len(meta):
+    if len(_encoder.encode(fields)) != len(meta) and not _once_literally(meta, _META_KEYS):
         return None
     # a wrong type raises: the object is read again by Go's rules, for Go's text
     return _text(fields.namespace), _text(fields.name), _text(fields.uid)
+
+
+_OBJECT_KEYS = (b'"metadata"',)
+_META_KEYS = (b'"name"', b'"namespace"', b'"uid"')
+
+
+def _once_literally(raw: _Buf | msgspec.Raw, keys: tuple[bytes, ...]) -> bool:
+    """Whether each of ``keys`` (quoted) can be a key of the object ``raw`` once at most: a
+    second check, for objects with whitespace (a Python backend's ``json.dumps``), which the
+    lengths cannot clear. Without a ``\\u`` escape no key can spell a letter but as itself
+    (JSON's other escapes are no letters), so a key that decodes to a field's name is that name,
+    quoted, in the bytes; the struct already refused every other spelling."""
+    view = raw if isinstance(raw, (bytes, memoryview)) else memoryview(raw)
+    data = bytes(view)
+    escaped = b"\\" in data and b"\\u" in data  # the first test is a memchr; the second, a search
+    return not escaped and all(data.count(key) <= 1 for key in keys)
 
 
 def _text(value: _Seen) -> str:
