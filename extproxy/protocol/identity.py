@@ -12,8 +12,11 @@ keys Node and Pod objects and their ObjectMeta have, spelled as Go's tags are (a
 say is whether a key came twice (it keeps the last); encoded again, the struct gives the pairs
 it kept in their shortest form, and the values' bytes as they came (``Raw``), so the encoding is
 as long as the object only if no pair was dropped, no key was escaped and no whitespace was
-skipped. Anything else (another spelling, a repeated key, whitespace, an unknown key, a wrong
-type) is read pair by pair by Go's rules (_by_go_rules).
+skipped. An object with whitespace (a Python backend's) is cleared instead by its bytes when
+no key can be a field's name twice (_once_literally). Anything else (another spelling, a
+repeated key, an escaped one, an unknown key, a wrong type) is read pair by pair by Go's rules
+(_by_go_rules), and so is every object whose reading could differ: the checks can refuse a
+plain object, never pass one that is not.
 
 May import: the standard library, msgspec and ``protocol.gojson``. No Django, no I/O.
 """
