@@ -86,6 +86,7 @@ class _PlainNodeList(msgspec.Struct, forbid_unknown_fields=True):
 _plain_object = msgspec.json.Decoder(_PlainObject)
 _plain_meta = msgspec.json.Decoder(_PlainMeta)
 _plain_node_list = msgspec.json.Decoder(_PlainNodeList)
+_plain_node = msgspec.json.Decoder(_PlainNode)
 
 
 def identity(raw: _Buf, path: str, gotype: str) -> tuple[str, str, str]:
@@ -125,6 +126,12 @@ def plain_node_names(raw: _Buf) -> tuple[list[str], msgspec.Raw | None] | None:
 
 def _plain(raw: _Buf) -> tuple[str, str, str] | None:
     """The identity, or None when Go's reading could differ from this one (see the module)."""
+    node = _plain_node.decode(raw)  # the usual (compact) object: its ObjectMeta in the same pass
+    if len(_encoder.encode(node)) == len(raw):
+        meta = node.metadata
+        if meta is msgspec.UNSET or meta is None:
+            return "", "", ""
+        return _text(meta.namespace), _text(meta.name), _text(meta.uid)
     obj = _plain_object.decode(raw)
     if len(_encoder.encode(obj)) != len(raw) and not _once_literally(raw, _OBJECT_KEYS):
         return None
