@@ -286,3 +286,42 @@ def test_a_names_backend_answering_node_objects_leaves_the_scheduler_with_them(
     else:
         taken = ([n["metadata"]["name"] for n in answer["Nodes"]["items"]], answer["Nodes"]["items"])
     assert taken == direct and direct[1] is not None
+
+
+def answering_respelled_objects(handler, body):
+    """As answering_objects, with ObjectMeta's keys spelled as Go's decoder also takes them
+    (encoding/json binds `Metadata` and `Name` to the json tags `metadata` and `name`)."""
+    names = json.loads(body)["NodeNames"]
+    items = [{"Metadata": {"Name": n, "labels": {"example.com/checked": "yes"}}} for n in names[:-1]]
+    result = {"Nodes": {"metadata": {}, "items": items}, "NodeNames": None, "FailedNodes": {names[-1]: "busy"}, "Error": ""}
+    handler.answer(200, json.dumps(result).encode())
+
+
+def go_name(node: dict) -> str:
+    """metadata.name as encoding/json reads it from these objects (keys that differ in case only)."""
+    meta = [v for k, v in node.items() if k.lower() == "metadata"][-1]
+    return [v for k, v in meta.items() if k.lower() == "name"][-1]
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_returned_nodes_named_in_another_spelling_are_taken_as_the_scheduler_takes_them(
+        backend_server, proxy, write_config, parallel):
+    """A backend answering `{"Metadata":{"Name":...}}` names those nodes for the scheduler: the
+    proxy read them as nameless and answered other nodes than the scheduler holds then."""
+    objects, after = backend_server({"filter": answering_respelled_objects}), backend_server({"filter": pass_all})
+    server = proxy(write_config({"parallelFilter": parallel, "backends": [
+        backend("objects", objects, filterVerb="filter", nodeCacheCapable=True),
+        backend("after", after, filterVerb="filter", nodeCacheCapable=True),
+    ]}))
+    request = json.loads(fixture_bytes("filter-request.nodecache-true.json"))
+
+    answer = post(server, "filter", json.dumps(request).encode()).json()
+    held = requests.post(f"{objects.url}/objects/filter", data=json.dumps(request), timeout=30).json()["Nodes"]["items"]
+    direct = [go_name(n) for n in held]  # what the scheduler is left with calling the backends itself
+    if not parallel:  # the chain's next backend is sent what the first one passed
+        direct = json.loads(requests.post(f"{after.url}/after/filter", data=json.dumps({**request, "NodeNames": direct}),
+                                          timeout=30).content)["NodeNames"]
+
+    assert answer["Error"] == "" and answer["FailedNodes"] == {request["NodeNames"][-1]: "busy"}
+    taken = answer["NodeNames"] if answer["NodeNames"] is not None else [go_name(n) for n in answer["Nodes"]["items"]]
+    assert taken == direct == request["NodeNames"][:-1]

@@ -98,7 +98,7 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
             nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items, recent)
         else:
             names = _string_list(val, "ExtenderArgs.NodeNames")
-    return ArgsParts(pod_raw, identity_of(pod_raw, "ExtenderArgs.Pod"), nodes, names)
+    return ArgsParts(pod_raw, identity_of(pod_raw, "Pod", "Pod"), nodes, names)
 
 
 @as_go_reads  # besides read_extender_args: the Pod and Nodes are decoded whole here
@@ -237,7 +237,7 @@ def _victims_map(
         raise _type_error(k, where, "map[string]*" + gotype)
     out = current if current is not None else {}
     for node, val in _pairs(_trim(raw)):
-        out[node] = _meta_victims(val) if meta else _victims(val)
+        out[node] = _meta_victims(val, where.split(".", 1)[1]) if meta else _victims(val)
     return out
 
 
@@ -255,7 +255,8 @@ def _victims(raw: _Buf) -> Victims | None:
     return Victims(pods, n)
 
 
-def _meta_victims(raw: _Buf) -> MetaVictims | None:
+def _meta_victims(raw: _Buf, field: str) -> MetaVictims | None:
+    """``field``: the map's field in the message (Go names a UID's type error by its path)."""
     pairs = _struct_pairs(raw, "v1.MetaVictims", _F_VICTIMS)
     if pairs is None:
         return None
@@ -273,7 +274,7 @@ def _meta_victims(raw: _Buf) -> MetaVictims | None:
                 for item in _raw_list_decoder.decode(val):
                     uid = ""
                     for _f, uval in _struct_pairs(item, "v1.MetaPod", _F_METAPOD) or []:
-                        uid = _string(uval, "MetaPod.UID", uid)
+                        uid = _string(uval, f"MetaPod.{field}.Pods.UID", uid)
                     uids.append(uid)
         else:
             n = _int64(val, "MetaVictims.NumPDBViolations", n)

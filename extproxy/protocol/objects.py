@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import msgspec
 
+from .identity import identity, plain_node_names
 from .gojson import (
     ProtocolError,
     _Buf,
@@ -29,41 +30,18 @@ from .gojson import (
 _F_NODELIST = _Fields(["metadata", "items"])  # json tags match case-insensitively too
 
 
-class _Meta(msgspec.Struct):
-    name: str | None = None
-    namespace: str | None = None
-    uid: str | None = None
-
-
-class _Identified(msgspec.Struct):
-    """A Kubernetes object seen only for its identity (the rest is skipped, not built)."""
-
-    metadata: _Meta | None = None
-
-
-_identity_decoder = msgspec.json.Decoder(_Identified | None)
-
-def identity_of(raw: _Buf, where: str) -> tuple[str, str, str]:
+def identity_of(raw: _Buf, path: str = "Nodes.items", gotype: str = "Node") -> tuple[str, str, str]:
     """(namespace, name, uid) of one Pod or Node object's JSON; '' for absent fields or null.
 
-    Those three are typed like Go's ObjectMeta (a number for a name fails); the rest of the
-    object is neither built nor type-checked.
+    Read as kube-scheduler reads them (identity.identity): ``path`` is the object's place in the
+    message as a Go type error names it (``Pod``, ``Nodes.items``), ``gotype`` its Go struct.
     """
-    try:
-        obj = _identity_decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise ProtocolError(f"json: cannot unmarshal {where}: {exc}") from None
-    md = obj.metadata if obj is not None else None
-    return (md.namespace or "", md.name or "", md.uid or "") if md is not None else ("", "", "")
+    return identity(raw, path, gotype)
 
 
 def node_name_of(item: _Buf) -> str:
-    """metadata.name of one Node object's JSON ('' when absent or when the item is null)."""
-    return identity_of(item, "NodeList.items")[1]
-
-
-def _name(obj: _Identified | None) -> str:
-    return (obj.metadata.name or "") if obj is not None and obj.metadata is not None else ""
+    """metadata.name of one Node object's JSON in a NodeList ('' when absent or when null)."""
+    return identity(item, "Nodes.items", "Node")[1]
 
 
 @dataclass(slots=True)
@@ -118,15 +96,7 @@ class _ExactNodeList(msgspec.Struct, forbid_unknown_fields=True):
     metadata: msgspec.Raw = msgspec.Raw(b"null")
 
 
-class _ExactNamedList(msgspec.Struct, forbid_unknown_fields=True):
-    """The same, when only the items' names are wanted: nothing but them is built."""
-
-    items: list[_Identified | None] | None = None
-    metadata: msgspec.Raw = msgspec.Raw(b"null")
-
-
 _exact_node_list = msgspec.json.Decoder(_ExactNodeList)
-_exact_named_list = msgspec.json.Decoder(_ExactNamedList)
 
 
 Known = tuple[list[bytes], list[str]]  # Node objects' bytes and, in the same order, their names
@@ -158,12 +128,11 @@ def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentByt
     if k != "object":
         raise _type_error(k, where, "v1.NodeList")
     if not keep_items:
-        try:
-            named = _exact_named_list.decode(raw)
-            meta = _object(_trim(named.metadata), "NodeList.metadata", "v1.ListMeta") or {}
-            return NodeListParts(None, [_name(obj) for obj in named.items or ()], meta)
-        except msgspec.ValidationError:
-            pass  # other spellings, or wrong types: the exact reading below says which
+        plain = plain_node_names(raw)  # the usual list: names only, one pass
+        if plain is not None:
+            names, list_meta = plain
+            meta = _object(_trim(list_meta), "NodeList.metadata", "v1.ListMeta") or {} if list_meta is not None else {}
+            return NodeListParts(None, names, meta)
     try:  # keys exactly "items"/"metadata": one C pass (a repeated key: the last one, as in Go)
         exact = _exact_node_list.decode(raw)
         items, matched = _match_known(exact.items or (), known)

@@ -256,7 +256,7 @@ def test_it_gives_zero_values_for_a_null_body():
         (p.decode_filter_result, b'{"Nodes":{"items":["n"]}}', "json: cannot unmarshal string into Go struct field NodeList.items of type v1.Node"),
         (p.decode_extender_args, b'{"Pod":[]}', "json: cannot unmarshal array into Go struct field ExtenderArgs.Pod of type v1.Pod"),
         (p.decode_binding_args, b'{"PodUID":1}', "json: cannot unmarshal number into Go struct field ExtenderBindingArgs.PodUID of type string"),
-        (p.decode_preemption_result, b'{"NodeNameToMetaVictims":{"n":{"Pods":[{"UID":1}]}}}', "json: cannot unmarshal number into Go struct field MetaPod.UID of type string"),
+        (p.decode_preemption_result, b'{"NodeNameToMetaVictims":{"n":{"Pods":[{"UID":1}]}}}', "json: cannot unmarshal number into Go struct field MetaPod.NodeNameToMetaVictims.Pods.UID of type string"),
         (p.decode_preemption_result, b'{"NodeNameToMetaVictims":{"n":{"NumPDBViolations":1.0}}}', "json: cannot unmarshal number 1.0 into Go struct field MetaVictims.NumPDBViolations of type int64"),
         (p.decode_preemption_result, b'{"NodeNameToMetaVictims":{"n":[]}}', "json: cannot unmarshal array into Go value of type v1.MetaVictims"),
         (p.decode_preemption_result, b'{"NodeNameToMetaVictims":[]}', "json: cannot unmarshal array into Go struct field ExtenderPreemptionResult.NodeNameToMetaVictims of type map[string]*v1.MetaVictims"),

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from extproxy import protocol
-from extproxy.protocol import objects
+from extproxy.protocol import identity
 from tests.conftest import fixture_bytes
 from tests.protocol.counting import count_decodes
 
@@ -24,7 +24,7 @@ def test_a_node_list_read_before_gives_its_names_again_without_being_read_again(
     first = protocol.read_extender_args(body_with("web-0"), keep_items=False, recent=recent)
     fresh = protocol.read_extender_args(body_with("x"), keep_items=False).nodes
 
-    reads = count_decodes(monkeypatch, objects, "_exact_named_list")
+    reads = count_decodes(monkeypatch, identity, "_plain_node_list")
     again = protocol.read_extender_args(body_with("web-1"), keep_items=False, recent=recent)
     assert not reads  # the list's names came from memory
     assert again.pod_identity[1] == "web-1" and again.nodes is not None and first.nodes is not None

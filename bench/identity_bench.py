@@ -1,0 +1,58 @@
+"""What reading an object's identity costs: one Node, and filter replies of 100 and 1000 Nodes.
+
+A report, not a test. Realistic Nodes (the fixtures' nodes, with an image list like a busy
+node's, about 8 KB each) are read as the protocol reads a backend's filter reply; nothing is
+matched by bytes (no ``known``), so every item goes through the identity reader.
+
+    nice -n 10 .venv/bin/python bench/identity_bench.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import timeit
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from extproxy import protocol  # noqa: E402
+
+
+def nodes(count: int) -> list[bytes]:
+    template = json.loads((ROOT / "tests" / "fixtures" / "filter-request.nodecache-false.json").read_text())
+    base = template["Nodes"]["items"]
+    out = []
+    for i in range(count):
+        node = json.loads(json.dumps(base[i % len(base)]))
+        node["metadata"]["name"] = f"node-{i:05d}"
+        node.setdefault("status", {})["images"] = [
+            {"names": [f"registry.example/team-{j}/service-{j}@sha256:{j:064x}", f"registry.example/team-{j}/service-{j}:v1.{j}"],
+             "sizeBytes": 100_000_000 + j} for j in range(24)]
+        out.append(json.dumps(node, separators=(",", ":")).encode())
+    return out
+
+
+def reply(items: list[bytes]) -> bytes:
+    return b'{"Nodes":{"metadata":{},"items":[' + b",".join(items) + b']},"NodeNames":null}'
+
+
+def best(stmt, number: int) -> float:
+    """Microseconds per call, the best of 5 runs."""
+    return min(timeit.repeat(stmt, number=number, repeat=5)) / number * 1e6
+
+
+def main() -> None:
+    one = nodes(1)[0]
+    print(f"one Node, {len(one)} bytes: identity_of {best(lambda: protocol.identity_of(one, 'Nodes.items'), 20000):.2f} us")
+    for count in (100, 1000):
+        body = reply(nodes(count))
+        items = best(lambda: protocol.decode_filter_result(body, names_only=True, keep_items=True), 20 if count == 1000 else 200)
+        names = best(lambda: protocol.decode_filter_result(body, names_only=True), 20 if count == 1000 else 200)
+        print(f"filter reply, {count} Nodes, {len(body) >> 10} KB: names and items {items / 1000:.2f} ms, "
+              f"names only {names / 1000:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
