@@ -128,10 +128,10 @@ def _plain(raw: _Buf) -> tuple[str, str, str] | None:
     """The identity, or None when Go's reading could differ from this one (see the module)."""
     node = _plain_node.decode(raw)  # the usual (compact) object: its ObjectMeta in the same pass
     if len(_encoder.encode(node)) == len(raw):
-        meta = node.metadata
-        if meta is msgspec.UNSET or meta is None:
+        read = node.metadata
+        if read is msgspec.UNSET or read is None:
             return "", "", ""
-        return _text(meta.namespace), _text(meta.name), _text(meta.uid)
+        return _text(read.namespace), _text(read.name), _text(read.uid)
     obj = _plain_object.decode(raw)
     if len(_encoder.encode(obj)) != len(raw) and not _once_literally(raw, _OBJECT_KEYS):
         return None
