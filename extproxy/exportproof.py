@@ -356,15 +356,21 @@ class _Hashing:
 # --- the auditor's command -------------------------------------------------------------------
 
 
+def manifest_beside(file: str) -> str:
+    """Where an export's manifest is when none is named: beside it, as `manage.py export -o FILE` writes it."""
+    return f"{file}.manifest.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0 when complete and unaltered; 1 when not; 2 when it could not be checked."""
     parser = argparse.ArgumentParser(description="Check an extproxy export file against its signed manifest.")
     parser.add_argument("file")
-    parser.add_argument("manifest")
+    parser.add_argument("manifest", nargs="?", help="default: FILE.manifest.json (where extproxy's export -o FILE puts it)")
     parser.add_argument("--public-key", action="append", required=True, metavar="KEY",
                         help="a file holding the server's public key (GET /api/export/signing-key/); "
                              "may be given more than once (replicas, earlier keys)")
     args = parser.parse_args(argv)
+    args.manifest = args.manifest or manifest_beside(args.file)
     try:
         keys = []
         for path in args.public_key:

@@ -4,10 +4,12 @@ size, and reading it stays linear (lines gathered, joined once)."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone as tz
 from pathlib import Path
 
 import pytest
+from django.core.management.base import CommandError
 
 from extproxy import exportproof, exportsigning
 from tests.test_export import bulk_calls, refused, run_command
@@ -46,3 +48,21 @@ def test_a_record_past_the_size_bound_is_refused_at_its_first_line(csv_export, m
     with file.open("rb") as handle:
         verdict = exportproof.verify(handle, json.loads(manifest.read_text()), exportsigning.trust())
     assert (verdict.ok, verdict.line) == (False, 3)
+
+
+def test_the_manifest_is_found_beside_the_export_when_not_named(csv_export, tmp_path):
+    """`export -o FILE` writes FILE.manifest.json; both checks look there when given FILE alone."""
+    file, manifest = csv_export
+    said, _ = run_command("verify_export", str(file))
+    assert said.startswith(f"{file}: ") and "3000 records" in said.replace(",", ""), said
+    key = tmp_path / "server.pub"
+    key.write_text(exportsigning.published()["pem"])
+    assert exportproof.main([str(file), "--public-key", str(key)]) == 0
+
+    with_stray_quote(file, 5)  # the file is what is checked: a change is still found
+    with pytest.raises(CommandError, match="unbalanced quote at line 5"):
+        run_command("verify_export", str(file))
+    assert exportproof.main([str(file), "--public-key", str(key)]) == 1
+    manifest.unlink()  # and a missing manifest is named where it was looked for
+    with pytest.raises(CommandError, match=re.escape(f"{manifest}: not a readable manifest")):
+        run_command("verify_export", str(file))

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from extproxy import export, exportstream
+from extproxy import export, exportproof, exportstream
 from extproxy.exportproof import incomplete
 from extproxy.exportsigning import SigningKeyError, private_key
 from extproxy.api.filters import AuditFilter, CallFilter, ExportCallFilter
@@ -93,7 +93,7 @@ class Command(BaseCommand):
         output, manifest_path = options["output"], options["manifest"]
         if not output and not manifest_path:
             raise CommandError("writing to stdout: say where the manifest goes with --manifest FILE")
-        manifest_path = manifest_path or f"{output}.manifest.json"
+        manifest_path = manifest_path or exportproof.manifest_beside(output)
         try:  # before the first byte: a file whose manifest cannot be signed proves nothing
             private_key()
         except SigningKeyError as exc:

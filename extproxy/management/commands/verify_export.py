@@ -1,5 +1,6 @@
-"""`manage.py verify_export FILE MANIFEST [--public-key KEY ...]`: complete and unaltered, or the
+"""`manage.py verify_export FILE [MANIFEST] [--public-key KEY ...]`: complete and unaltered, or the
 first bad line and what is wrong with it. Exit status 0 when unaltered and complete, 1 otherwise.
+MANIFEST defaults to FILE.manifest.json, where `manage.py export -o FILE` writes it.
 
 Without --public-key it trusts what this server trusts (its own key, EXTPROXY_EXPORT_TRUSTED_KEYS,
 the version 1 secret); with it, only the keys given. An auditor away from the server runs
@@ -19,11 +20,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("file")
-        parser.add_argument("manifest")
+        parser.add_argument("manifest", nargs="?", help="default: FILE.manifest.json (where export -o FILE puts it)")
         parser.add_argument("--public-key", action="append", default=[], metavar="KEY",
                             help="a file holding a public key to trust instead of this server's own")
 
-    def handle(self, *args, file: str, manifest: str, public_key: list[str], **options):
+    def handle(self, *args, file: str, manifest: str | None, public_key: list[str], **options):
+        manifest = manifest or exportproof.manifest_beside(file)
         try:
             with open(manifest, "rb") as handle:
                 data = json.load(handle)
