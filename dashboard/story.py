@@ -294,8 +294,11 @@ def _why_pending(story: Story, calls, chain: FilterChain | None, backends, now, 
         story.group = fold_numbers(text)
     elif bind_errors:
         story.state = "pending"
-        story.sentence = f"Pending: binding failed on {bind_errors[-1].backend}: {bind_errors[-1].error}"
-        story.group = fold_numbers(f"bind failed on {bind_errors[-1].backend}")
+        # A combined bind with no binder that answered is extproxy's own, through the API.
+        binder = bind_errors[-1].backend
+        where = "through the Kubernetes API (extproxy's bind)" if binder == "combined" else f"on {binder}"
+        story.sentence = f"Pending: binding failed {where}: {bind_errors[-1].error}"
+        story.group = fold_numbers(f"bind failed {where}")
     elif failed_scheduling:
         story.state = "pending"
         story.sentence = f"Pending: the scheduler says: {failed_scheduling[-1].message}"
@@ -306,6 +309,8 @@ def _why_pending(story: Story, calls, chain: FilterChain | None, backends, now, 
     elif chain is None:
         story.state = "unknown"
         story.sentence = "No filter call in this attempt: nothing to say about its nodes."
+        if any(s.verb == "preempt" for s in story.steps):
+            story.sentence = "No filter call in this attempt: the extenders were asked which pods to evict."
     elif _expects_extender_bind(backends, pod) or watching:
         story.state = "pending"
         story.sentence = f"Pending: {_left(story)}, but no bind followed (the scheduler stopped later in its cycle)."
@@ -318,6 +323,9 @@ def _why_pending(story: Story, calls, chain: FilterChain | None, backends, now, 
 
 
 def _left(story: Story) -> str:
+    if story.total is None:  # no filter call in the attempt (a preempt alone: the scheduler's PostFilter)
+        asked = any(s.verb == "preempt" for s in story.steps)
+        return "the extenders were asked which pods to evict" if asked else "no filter call seen yet"
     return f"the extenders left {story.feasible}/{story.total} node(s)"
 
 

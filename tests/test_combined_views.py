@@ -55,11 +55,12 @@ def scene(backend_server, proxy, write_config):
     ZONE_FULL.clear()
     # gpu's scores 8 and 12: 12 is outside 0..10, which the scheduler takes unclamped.
     gpu_scores = [{"Host": "node-01", "Score": 8}, {"Host": "node-03", "Score": 12}]
-    gpu = backend_server({"filter": reply(200, GPU_REASONS), "prioritize": reply(200, gpu_scores)})
+    gpu = backend_server({"filter": reply(200, GPU_REASONS), "prioritize": reply(200, gpu_scores),
+                          "preempt": reply(200, fixture_json("preempt-result.json"))})
     zone = backend_server({"filter": zone_filter, "prioritize": zone_scores})
     config = {"backends": [
         {"name": "gpu", "urlPrefix": gpu.url, "filterVerb": "filter", "prioritizeVerb": "prioritize",
-         "weight": 3, "httpTimeout": "2s"},
+         "preemptVerb": "preempt", "weight": 3, "httpTimeout": "2s"},
         {"name": "zone", "urlPrefix": zone.url, "filterVerb": "filter", "prioritizeVerb": "prioritize",
          "weight": 1, "nodeCacheCapable": True, "httpTimeout": "2s"},
     ]}
@@ -160,3 +161,29 @@ def test_a_backend_extproxy_did_not_call_is_said_so_on_the_pod_and_pending_pages
     assert "<td>not called: <span class=\"error\">no Node object for 5 node(s)" in response.content.decode()
     pending = client.get("/pending/").content.decode()
     assert "Pending: extproxy did not call backend gpu: no Node object for 5 node(s)" in pending
+
+
+def test_an_attempt_with_a_preempt_alone_says_so(scene):
+    """The scheduler's PostFilter asks the extenders for victims when no node fit: such an
+    attempt has no filter call, and its story said "the extenders left None/None node(s)"."""
+    preempt = copy.deepcopy(fixture_json("preempt-request.nodecache-false.json"))
+    preempt["Pod"]["metadata"].update(name="evicting-f", namespace="ml-team", uid="uid-evicting-f")
+    send(scene, "/extender/preempt", preempt)
+    scene.flush()
+
+    story = viewer().get("/pods/ml-team/evicting-f/").context["story"]
+    assert [(s.verb, s.backend) for s in story.steps] == [("preempt", "gpu")]
+    assert story.sentence == "Scheduling in progress: the extenders were asked which pods to evict"
+
+
+def test_extproxys_own_bind_failing_is_said_to_be_extproxys(scene):
+    """No backend binds: extproxy binds through the Kubernetes API, which it cannot reach here."""
+    send(scene, "/extender/filter", pod_request("binding-g"))
+    answer = send(scene, "/extender/bind", {"PodName": "binding-g", "PodNamespace": "ml-team",
+                                            "PodUID": "uid-binding-g", "Node": "node-01"})
+    scene.flush()
+
+    assert answer["Error"]
+    story = viewer().get("/pods/ml-team/binding-g/").context["story"]
+    assert story.state == "pending"
+    assert story.sentence == f"Pending: binding failed through the Kubernetes API (extproxy's bind): {answer['Error']}"
