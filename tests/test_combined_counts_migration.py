@@ -1,5 +1,6 @@
 """Migration 0014 reads a combined filter call's counts again from its stored decisions, the
-combined answer's alone: stored before it, they were the sum over the answer and every part."""
+combined answer's alone (stored before it, they were the sum over the answer and every part),
+and drops the score-out-of-range findings of a combined prioritize call's own answer."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 BEFORE = [("extproxy", "0013_part_backend_call")]
-AFTER = [("extproxy", "0014_combined_filter_counts")]
+AFTER = [("extproxy", "0014_combined_answer_only")]
 
 
 def migrate(target):
@@ -53,11 +54,17 @@ def test_old_combined_filter_counts_are_read_again_from_the_answer(transactional
         # Not combined filters: left as they are.
         single = call(verb="filter", backend="gpu", passed_count=2,
                       decisions_blob=decisions(("gpu", "a", "passed"), ("gpu", "b", "passed")))
+        range_finding = {"kind": "score-out-of-range", "detail": "'a' scored 26, outside 0..10; not clamped"}
+        other_finding = {"kind": "name-not-in-input", "detail": "score for 'z', not in the input: ignored"}
         scored = call(verb="prioritize", backend="combined", form="combined", passed_count=7,
-                      decisions_blob=decisions(("combined", "a", "scored"), ("gpu", "a", "scored")))
+                      decisions_blob=decisions(("combined", "a", "scored"), ("gpu", "a", "scored")),
+                      findings=[range_finding, other_finding, range_finding])
+        # A backend's own out-of-range score (per-backend form) is a finding that stays.
+        own_range = call(verb="prioritize", backend="gpu", findings=[range_finding],
+                         decisions_blob=decisions(("gpu", "a", "scored")))
 
         import importlib
-        module = importlib.import_module("extproxy.migrations.0014_combined_filter_counts")
+        module = importlib.import_module("extproxy.migrations.0014_combined_answer_only")
         chunk, module.CHUNK = module.CHUNK, 2
         try:
             apps = migrate(AFTER)
@@ -74,6 +81,8 @@ def test_old_combined_filter_counts_are_read_again_from_the_answer(transactional
         assert [counts(pk) for pk in many] == [(1, 0, 0)] * 3
         assert counts(single) == (2, 0, 0)
         assert counts(scored) == (7, 0, 0)
+        assert Call.objects.get(pk=scored).findings == [other_finding]
+        assert Call.objects.get(pk=own_range).findings == [range_finding]
     finally:
         executor = MigrationExecutor(connection)
         executor.loader.build_graph()
