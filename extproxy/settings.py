@@ -151,7 +151,7 @@ def _unreachable_limits() -> dict:
     limits = {"connect_timeout": envint("EXTPROXY_DB_CONNECT_TIMEOUT", 10),
               "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
     user_timeout = envfloat("EXTPROXY_DB_TCP_USER_TIMEOUT", 60.0)
-    if user_timeout < 0:
+    if not 0 <= user_timeout < 1e6:  # NaN and inf fail too
         raise ValueError(f"EXTPROXY_DB_TCP_USER_TIMEOUT={user_timeout}: expected seconds, 0 or more")
     if user_timeout:
         limits["tcp_user_timeout"] = max(1, round(user_timeout * 1000))  # libpq takes milliseconds
