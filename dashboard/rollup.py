@@ -14,7 +14,8 @@ The roll-up reads each table by id, after a mark kept in `RollupMark`, in one tr
 that holds the mark's row: several processes may run it, each call is counted once. Ids of a
 batch another process has not committed yet look like a gap; the roll-up stops before a gap
 for up to `GAP_WAIT`, then counts past it (a rolled-back batch, or rows retention deleted).
-A daemon thread of the recorder process (`manage.py recorder`) runs it every second; pages
+A daemon thread of the recorder process (`manage.py recorder`) runs it every second, each
+pass bounded by EXTPROXY_DB_STATEMENT_DEADLINE (a failed pass is counted, logged, retried); pages
 also run a bounded pass first, so they are current without the thread. This module must not write call records.
 """
 from __future__ import annotations
