@@ -14,7 +14,8 @@ The roll-up reads each table by id, after a mark kept in `RollupMark`, in one tr
 that holds the mark's row: several processes may run it, each call is counted once. Ids of a
 batch another process has not committed yet look like a gap; the roll-up stops before a gap
 for up to `GAP_WAIT`, then counts past it (a rolled-back batch, or rows retention deleted).
-A daemon thread of the recorder process (`manage.py recorder`) runs it every second; pages
+A daemon thread of the recorder process (`manage.py recorder`) runs it every second, each
+pass bounded by EXTPROXY_DB_STATEMENT_DEADLINE (a failed pass is counted, logged, retried); pages
 also run a bounded pass first, so they are current without the thread. This module must not write call records.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 import threading
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Callable
 
 from extproxy.ratelog import RateLimitedLog
 
@@ -41,6 +42,7 @@ MARK = "calls"
 PARTS_MARK = "backend-calls"  # the combined form's backend parts (extproxy.models.BackendCall)
 
 _thread: threading.Thread | None = None
+failed_passes = 0  # passes of the thread that failed (logged with the count), since the process started
 _stop = threading.Event()
 
 
@@ -152,24 +154,49 @@ def prune(keep: timedelta = timedelta(days=8)) -> int:
     return deleted
 
 
+def _bounded(work: Callable[[], int]) -> int:
+    """`work` on this thread's connection, given up past EXTPROXY_DB_STATEMENT_DEADLINE or when
+    the thread is stopped: a database that takes every byte and never answers held the roll-up
+    for ever (the backends page then showed old latencies), and the recorder's stop with it."""
+    from django.conf import settings
+    from django.db import connections
+
+    from extproxy.recording.deadline import Deadline
+
+    with Deadline(settings.EXTPROXY_DB_STATEMENT_DEADLINE, connections["default"], _stop, "latency roll-up"):
+        return work()
+
+
 def _run() -> None:
     import time
 
-    from django.db import DatabaseError, close_old_connections
+    from django.db import DatabaseError, close_old_connections, connections
 
+    from extproxy.recording.deadline import Abandoned, DeadlinePassed, close_quietly
+
+    global failed_passes
     next_prune = 0.0
     while not _stop.is_set():
         try:
-            while catch_up() >= PASS_ROWS and not _stop.is_set():  # a source was cut at PASS_ROWS
+            while _bounded(catch_up) >= PASS_ROWS and not _stop.is_set():  # a source was cut at PASS_ROWS
                 pass  # behind: go on without waiting
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + 3600
-                prune()
+                _bounded(prune)
+        except Abandoned:  # stopping
+            close_quietly(connections["default"])
+            return
+        except DeadlinePassed as exc:  # at most one a deadline: each is logged
+            failed_passes += 1
+            log.error("latency roll-up failed (%d passes so far; retried on a new connection): %s", failed_passes, exc)
+            close_quietly(connections["default"])
         except DatabaseError as exc:  # the database is away: a line a minute, try again on the next tick
-            _ratelog.emit(logging.WARNING, "database", "latency roll-up failed, database unavailable (retried "
-                          "every second): %s", str(exc).strip())
+            failed_passes += 1
+            _ratelog.emit(logging.WARNING, "database", "latency roll-up failed, database unavailable (%d passes so "
+                          "far; retried every second): %s", failed_passes, str(exc).strip())
             close_old_connections()
         except Exception:  # a bug: its traceback, and the roll-up goes on
+            failed_passes += 1
             log.exception("latency roll-up failed; retrying")
             close_old_connections()
         _stop.wait(1.0)

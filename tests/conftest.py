@@ -163,7 +163,8 @@ def backend_server():
 class RecorderProcess:
     """`manage.py recorder` as production runs it, draining `spool` into the test database."""
 
-    def __init__(self, spool: Path, config_path: str | None, env: dict[str, str] | None = None) -> None:
+    def __init__(self, spool: Path, config_path: str | None, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
         import subprocess
         import sys
 
@@ -183,7 +184,7 @@ class RecorderProcess:
         environment.update(env or {})
         self.log = open(spool.parent / f"recorder-{spool.name}.log", "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "recorder", "--nice", "0"],
+            [sys.executable, "manage.py", "recorder", "--nice", "0", *args],
             cwd=Path(__file__).resolve().parent.parent, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
         )
 

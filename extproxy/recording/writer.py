@@ -28,7 +28,7 @@ from .bulk import insert_rows, live_summary
 from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
 from .rows import Built, build_or_raw
 from .counters import Counters
-from .deadline import Deadline, close_quietly, each_statement
+from .deadline import Abandoned, Deadline, close_quietly, each_statement
 from .observe import read_recorder_counters, write_recorder_counters
 from .spool_reader import ReadResult, SpoolReader
 from .trace import Trace, UnreadableRecord, decode_record, record_size
@@ -56,6 +56,7 @@ class BatchWriter:
         self._traces: list[Trace] = []  # the batch being built: its bodies hold its Node objects
         self.nodes_stored_again = 0  # Node objects retention deleted while remembered here, stored again
         self.deadline = 0.0  # seconds one store may take (deadline.py); 0: no bound
+        self.stop: threading.Event | None = None  # the process's stop: ends a store waiting on the database
 
     def mark_raw(self, call_id: str) -> None:
         """The batch's call `call_id` is now a raw record (apart.py): counted as one when stored."""
@@ -88,7 +89,7 @@ class BatchWriter:
 
         from ..models import BackendCall, Call, NodeObject
 
-        with Deadline(self.deadline, connections["default"]) as deadline, transaction.atomic():
+        with Deadline(self.deadline, connections["default"], self.stop) as deadline, transaction.atomic():
             deadline.set_server_limit()
             if new_nodes:  # one already stored (before a restart, say) is refreshed as if touched
                 NodeObject.objects.bulk_create(new_nodes, update_conflicts=True, unique_fields=["sha256"],
@@ -211,6 +212,7 @@ class Drainer:
         self.retention = retention
         self.publisher = publisher
         self.stop = stop or threading.Event()
+        self.writer.stop = self.stop
         self.counters = Counters()
         self.counters.resume_outage(read_recorder_counters(self.root))
         self._next_prune = 0.0
@@ -304,6 +306,8 @@ class Drainer:
                 self.counters.database_works()  # saved with the batch's counts
                 return summaries
             except Exception as exc:  # the database is away or will not write (kept, retried), or refused the data
+                if isinstance(exc, Abandoned):  # stopping (deadline.py): no outage; it stays in the spool
+                    return None
                 self.counters.write_errors += 1
                 if apart is None and is_refusal(exc):
                     log.error("recorder: the database refused a batch of %d calls (%s); storing them one by one",
@@ -315,10 +319,7 @@ class Drainer:
                 self._save_counters()
                 log.error("recorder: writing %d calls failed (%s); retrying in %.1fs", len(built),
                           self.counters.database_error, delay)
-                try:
-                    connection.close()
-                except Exception:  # closing a broken connection may fail too
-                    pass
+                close_quietly(connection)
                 close_old_connections()
                 if self.stop.wait(delay):
                     return None
@@ -330,15 +331,13 @@ class Drainer:
         from django.db import connection, connections
 
         try:
-            with Deadline(self.writer.deadline, connections["default"]), connection.cursor() as cursor:
+            with Deadline(self.writer.deadline, connections["default"], self.stop), connection.cursor() as cursor:
                 cursor.execute("SELECT 1")
             self.counters.database_works()
         except Exception as exc:
-            self.counters.database_fails(self._error_text(exc))
-            try:
-                connection.close()  # a broken connection is opened again at the next try
-            except Exception:
-                pass
+            if not isinstance(exc, Abandoned):  # stopping tells nothing of the database
+                self.counters.database_fails(self._error_text(exc))
+            close_quietly(connection)  # a broken connection is opened again at the next try
 
     def _error_text(self, exc: BaseException) -> str:
         return bounded_text(f"{type(exc).__name__}: {exc}".strip(), self.writer.redaction, DATABASE_ERROR_TEXT)
@@ -386,7 +385,7 @@ class Drainer:
         try:
             # A Node it deletes that the writer still remembers is found gone when a later call
             # refers to it, and stored again (BatchWriter._touch_nodes), as for any other pass.
-            with database.execute_wrapper(each_statement(self.writer.deadline, database)):
+            with database.execute_wrapper(each_statement(self.writer.deadline, database, self.stop)):
                 prune(self.retention)
         except Exception:  # retention is retried on the next pass; recording goes on
             log.exception("recorder: retention pass failed")

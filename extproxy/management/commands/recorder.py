@@ -9,7 +9,9 @@ niceness increment EXTPROXY_RECORDER_NICE (what counts when SCHED_IDLE is off or
 SIGTERM/SIGINT: it keeps draining until the spool is empty or `--stop-drain-seconds` (default
 20, inside Kubernetes' 30 s grace period) have passed, then exits; a second signal ends it at
 once. A batch the database did not take stays in the spool either way (drained on the next
-start, stored once by call_id). `--until-idle` drains what is there and exits.
+start, stored once by call_id); a database wait still in progress when the window ends (a
+database that does not answer) is given up then, not at EXTPROXY_DB_STATEMENT_DEADLINE
+(recording/deadline.py: the watchdog wakes on the stop event). `--until-idle` drains what is there and exits.
 """
 from __future__ import annotations
 
