@@ -18,7 +18,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 
 from extproxy import copyout
 from extproxy.api.bodies import MAX_ID, object_or_404
-from extproxy.bodies import request_of, response_of
+from extproxy.bodies import not_called_reason, request_of, response_of
 from extproxy.models import Call, Outcome, ReplayRun, Verb
 from extproxy.replay.runner import item_diff
 from extproxy.replay.targets import TargetError, load_rules
@@ -33,15 +33,6 @@ def _body_context(body) -> dict:
     return {"text": text, "cut": cut, "note": note, "size": len(body.data), "exact": body.exact, "marks": body.marks}
 
 
-def _not_called(part) -> str:
-    """Why extproxy never called this backend, or "" when it did. Such a part has no request or reply
-    to show: empty boxes headed "the bytes as received" would say the backend got nothing."""
-    for finding in part.findings or ():
-        if isinstance(finding, dict) and finding.get("kind") == "not-called":
-            return str(finding.get("detail") or "")
-    return ""
-
-
 @bodies_required
 def call(request, pk: int):
     record = object_or_404(Call, pk=pk)
@@ -50,7 +41,7 @@ def call(request, pk: int):
     parts = []
     for part in record.backend_calls.all() if record.form == "combined" else ():
         parts.append({"call": part, "request": _body_context(request_of(part)), "response": _body_context(response_of(part)),
-                      "not_called": _not_called(part)})
+                      "not_called": not_called_reason(part)})
     context = {
         "call": record,
         "json": record.to_json(decisions=False),

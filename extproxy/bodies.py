@@ -83,6 +83,15 @@ def _restore(stored: bytes, status: int | None = None) -> Body:
     return Body(restored.body, restored.exact, list(restored.marks), status)
 
 
+def not_called_reason(part: BackendCall) -> str:
+    """Why extproxy never called this backend in a combined call, or "" when it did. Such a
+    part has no request and no reply: its empty bodies are not "the bytes as received"."""
+    for finding in part.findings or ():
+        if isinstance(finding, dict) and finding.get("kind") == "not-called":
+            return str(finding.get("detail") or "")
+    return ""
+
+
 def request_of(call: Call | BackendCall) -> Body:
     return _restore(call.request_body)
 

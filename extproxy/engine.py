@@ -202,7 +202,14 @@ class Engine:
                 backend_calls=children,
             )
         )
+        if children and self.observes_backends:  # each backend's own latency, as per-backend calls have it
+            aside.put(self._observe_parts, children)
         return Answer.of(reply)
+
+    def _observe_parts(self, children: list[Trace]) -> None:
+        for child in children:
+            if not any(f.get("kind") == "not-called" for f in child.findings):  # nothing was sent: no latency
+                self._observe(child.backend, Verb(child.verb), child.finished_at - child.started_at)
 
     @staticmethod
     def _failure(verb: Verb, reason: str) -> Reply:

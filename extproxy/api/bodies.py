@@ -23,7 +23,7 @@ from rest_framework.decorators import api_view, permission_classes
 
 from .. import copyout
 from ..audit import Action, audit
-from ..bodies import Body, request_of, response_of
+from ..bodies import Body, not_called_reason, request_of, response_of
 from ..redaction import url_without_password
 from ..models import BackendCall, Call
 from ..roles import Perm
@@ -79,6 +79,9 @@ def _call_body(request, pk: int, which: str):
 
 def _backend_call_body(request, pk: int, bc: int, which: str):
     part = object_or_404(BackendCall, pk=bc, call_id=pk)
+    if reason := not_called_reason(part):
+        # Empty bytes marked exact would read as "the backend was sent nothing and answered nothing".
+        raise Http404(f"backend {part.backend} was not called: there is no {which} ({reason})")
     body = request_of(part) if which == "request" else response_of(part)
     audit(request, Action.BODIES_DOWNLOADED, target=f"call {pk} backend call {bc} {which}",
           detail={"part": which, "backend": part.backend})
