@@ -61,6 +61,11 @@ _F_METAPOD = _Fields(["UID"])
 _F_PREEMPT_ARGS = _Fields(["Pod", "NodeNameToVictims", "NodeNameToMetaVictims"])
 _F_PREEMPT_RESULT = _Fields(["NodeNameToMetaVictims"])
 
+# The Go types of fields that are not spelled as their JSON (extender/v1 types.go): a type
+# error names them so.
+_FAILED_NODES_MAP = "v1.FailedNodesMap"
+_BINDING_TYPES = {"PodName": "string", "PodNamespace": "string", "PodUID": "types.UID", "Node": "string"}
+
 
 @dataclass(slots=True)
 class ArgsParts:
@@ -137,9 +142,9 @@ def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool
         elif name == "NodeNames":
             names = _string_list(val, "ExtenderFilterResult.NodeNames")
         elif name == "FailedNodes":
-            failed = _string_map(val, "ExtenderFilterResult.FailedNodes", failed)
+            failed = _string_map(val, "ExtenderFilterResult.FailedNodes", failed, _FAILED_NODES_MAP)
         elif name == "FailedAndUnresolvableNodes":
-            unres = _string_map(val, "ExtenderFilterResult.FailedAndUnresolvableNodes", unres)
+            unres = _string_map(val, "ExtenderFilterResult.FailedAndUnresolvableNodes", unres, _FAILED_NODES_MAP)
         else:
             error = _string(val, "ExtenderFilterResult.Error", error)
     nodes = items = meta = item_names = None
@@ -212,7 +217,7 @@ def decode_binding_args(body: bytes) -> BindingArgs:
     """Decode an ExtenderBindingArgs body (bind request)."""
     v = {"PodName": "", "PodNamespace": "", "PodUID": "", "Node": ""}
     for name, val in _top(body, "v1.ExtenderBindingArgs", _F_BIND_ARGS):
-        v[name] = _string(val, f"ExtenderBindingArgs.{name}", v[name])
+        v[name] = _string(val, f"ExtenderBindingArgs.{name}", v[name], _BINDING_TYPES[name])
     return BindingArgs(v["PodName"], v["PodNamespace"], v["PodUID"], v["Node"])
 
 
@@ -228,36 +233,42 @@ def decode_binding_result(body: bytes) -> BindingResult:
 def _victims_map(
     raw: _Buf, where: str, current: dict | None, meta: bool
 ) -> dict[str, Any] | None:
-    """map[string]*Victims / map[string]*MetaVictims (merging into ``current``)."""
+    """map[string]*Victims / map[string]*MetaVictims (merging into ``current``).
+
+    ``where``: ``<message>.<field>``. Go adds nothing to a type error's field path for a map's
+    key, so a value of the wrong kind is named by the map's field, and the fields inside a
+    value by ``<Victims|MetaVictims>.<field>.<their name>`` (decode.go, ``addErrorContext``).
+    """
     k = _jkind(raw)
     if k == "null":
         return None
     gotype = "v1.MetaVictims" if meta else "v1.Victims"
     if k != "object":
         raise _type_error(k, where, "map[string]*" + gotype)
+    field = where.split(".", 1)[1]
     out = current if current is not None else {}
     for node, val in _pairs(_trim(raw)):
-        out[node] = _meta_victims(val, where.split(".", 1)[1]) if meta else _victims(val)
+        out[node] = _meta_victims(val, where, field) if meta else _victims(val, where, field)
     return out
 
 
-def _victims(raw: _Buf) -> Victims | None:
-    pairs = _struct_pairs(raw, "v1.Victims", _F_VICTIMS)
+def _victims(raw: _Buf, where: str, field: str) -> Victims | None:
+    pairs = _struct_pairs(raw, "v1.Victims", _F_VICTIMS, where)
     if pairs is None:
         return None
     pods: list = []
     n = 0
     for name, val in pairs:
         if name == "Pods":
-            pods = _object_list(val, "Victims.Pods", "v1.Pod") or []
+            pods = _object_list(val, f"Victims.{field}.Pods", "v1.Pod", "[]*v1.Pod") or []
         else:
-            n = _int64(val, "Victims.NumPDBViolations", n)
+            n = _int64(val, f"Victims.{field}.NumPDBViolations", n)
     return Victims(pods, n)
 
 
-def _meta_victims(raw: _Buf, field: str) -> MetaVictims | None:
-    """``field``: the map's field in the message (Go names a UID's type error by its path)."""
-    pairs = _struct_pairs(raw, "v1.MetaVictims", _F_VICTIMS)
+def _meta_victims(raw: _Buf, where: str, field: str) -> MetaVictims | None:
+    """``where``: the map's place in the message; ``field``: the map's field alone."""
+    pairs = _struct_pairs(raw, "v1.MetaVictims", _F_VICTIMS, where)
     if pairs is None:
         return None
     uids: list[str] = []
@@ -268,16 +279,16 @@ def _meta_victims(raw: _Buf, field: str) -> MetaVictims | None:
             if k == "null":
                 uids = []
             elif k != "array":
-                raise _type_error(k, "MetaVictims.Pods", "[]*v1.MetaPod")
+                raise _type_error(k, f"MetaVictims.{field}.Pods", "[]*v1.MetaPod")
             else:
                 uids = []
                 for item in _raw_list_decoder.decode(val):
                     uid = ""
-                    for _f, uval in _struct_pairs(item, "v1.MetaPod", _F_METAPOD) or []:
+                    for _f, uval in _struct_pairs(item, "v1.MetaPod", _F_METAPOD, f"MetaVictims.{field}.Pods") or []:
                         uid = _string(uval, f"MetaPod.{field}.Pods.UID", uid)
                     uids.append(uid)
         else:
-            n = _int64(val, "MetaVictims.NumPDBViolations", n)
+            n = _int64(val, f"MetaVictims.{field}.NumPDBViolations", n)
     return MetaVictims(uids, n)
 
 

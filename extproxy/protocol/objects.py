@@ -127,25 +127,29 @@ def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentByt
         return None
     if k != "object":
         raise _type_error(k, where, "v1.NodeList")
+    # Go names a NodeList's own fields by the path from the message down (decode.go,
+    # addErrorContext): NodeList.Nodes.items, not NodeList.items
+    in_list = "NodeList." + where.split(".", 1)[1]
+    items_at, meta_at = in_list + ".items", in_list + ".metadata"
     if not keep_items:
         plain = plain_node_names(raw)  # the usual list: names only, one pass
         if plain is not None:
             names, list_meta = plain
-            meta = _object(_trim(list_meta), "NodeList.metadata", "v1.ListMeta") or {} if list_meta is not None else {}
+            meta = _object(_trim(list_meta), meta_at, "v1.ListMeta") or {} if list_meta is not None else {}
             return NodeListParts(None, names, meta)
     try:  # keys exactly "items"/"metadata": one C pass (a repeated key: the last one, as in Go)
         exact = _exact_node_list.decode(raw)
         items, matched = _match_known(exact.items or (), known)
-        items = _checked_items(items, "NodeList.items", "v1.Node")
-        meta = _object(_trim(exact.metadata), "NodeList.metadata", "v1.ListMeta") or {}
+        items = _checked_items(items, items_at, "v1.Node")
+        meta = _object(_trim(exact.metadata), meta_at, "v1.ListMeta") or {}
     except msgspec.ValidationError:  # other spellings, or wrong types: Go's key rules, one key at a time
         items, meta, matched = [], {}, []
         for name, val in _struct_pairs(raw, "v1.NodeList", _F_NODELIST) or []:
             if name == "items":
-                items = _raw_items(val, "NodeList.items", "v1.Node")
+                items = _raw_items(val, items_at, "v1.Node")
                 matched = [-1] * len(items)
             else:
-                meta = {**meta, **(_object(val, "NodeList.metadata", "v1.ListMeta") or {})}
+                meta = {**meta, **(_object(val, meta_at, "v1.ListMeta") or {})}
     return NodeListParts(items if keep_items else None, _names(items, matched, known), meta)
 
 
