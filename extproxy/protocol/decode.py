@@ -39,6 +39,7 @@ from .gojson import (
 )
 from .gostrings import as_go_reads
 from .objects import Known, NodeListParts, RecentBytes, _node_list, identity_of
+from .repeats import GoSlice, strings_into
 from .types import (
     BindingArgs,
     BindingResult,
@@ -92,18 +93,26 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
     """
     pod_raw: bytes = b"null"
     nodes: NodeListParts | None = None
-    names: list[str] | None = None
-    for name, val in _top(body, "v1.ExtenderArgs", _F_ARGS, last):
+    names: GoSlice[str] = GoSlice()
+    pairs = _top(body, "v1.ExtenderArgs", _F_ARGS, last)
+    again = _given_again(pairs, "Nodes")
+    for name, val in pairs:
         if name == "Pod":
             k = _jkind(val)
             if k not in ("object", "null"):
                 raise _type_error(k, "ExtenderArgs.Pod", "v1.Pod")
             pod_raw = bytes(_trim(val))
         elif name == "Nodes":
-            nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items, recent)
+            nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items, recent, into=again, before=nodes)
         else:
-            names = _string_list(val, "ExtenderArgs.NodeNames")
-    return ArgsParts(pod_raw, identity_of(pod_raw, "Pod", "Pod"), nodes, names)
+            strings_into(names, val, "ExtenderArgs.NodeNames")
+    return ArgsParts(pod_raw, identity_of(pod_raw, "Pod", "Pod"), nodes, names.value())
+
+
+def _given_again(pairs: list[tuple[str, _Buf]], field: str) -> GoSlice[bytes] | None:
+    """For a NodeList field given more than once: the items its occurrences are decoded into in
+    turn, as Go decodes them (repeats.py); None for the usual message, read without it."""
+    return GoSlice() if sum(name == field for name, _ in pairs) > 1 else None
 
 
 @as_go_reads  # besides read_extender_args: the Pod and Nodes are decoded whole here
@@ -131,22 +140,25 @@ def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool
     decoded for its name (objects.names_of).
     """
     node_list: NodeListParts | None = None
-    names: list[str] | None = None
+    node_names: GoSlice[str] = GoSlice()
     failed: dict[str, str] | None = None
     unres: dict[str, str] | None = None
     error = ""
-    for name, val in _top(body, "v1.ExtenderFilterResult", _F_FILTER):
+    pairs = _top(body, "v1.ExtenderFilterResult", _F_FILTER)
+    again = _given_again(pairs, "Nodes")
+    for name, val in pairs:
         if name == "Nodes":
             node_list = _node_list(val, "ExtenderFilterResult.Nodes", keep_items=keep_items or not names_only,
-                                   known=known)
+                                   known=known, into=again, before=node_list)
         elif name == "NodeNames":
-            names = _string_list(val, "ExtenderFilterResult.NodeNames")
+            strings_into(node_names, val, "ExtenderFilterResult.NodeNames")
         elif name == "FailedNodes":
             failed = _string_map(val, "ExtenderFilterResult.FailedNodes", failed, _FAILED_NODES_MAP)
         elif name == "FailedAndUnresolvableNodes":
             unres = _string_map(val, "ExtenderFilterResult.FailedAndUnresolvableNodes", unres, _FAILED_NODES_MAP)
         else:
             error = _string(val, "ExtenderFilterResult.Error", error)
+    names = node_names.value()
     nodes = items = meta = item_names = None
     if node_list is not None:
         items, meta = node_list.items, node_list.metadata
@@ -271,25 +283,31 @@ def _meta_victims(raw: _Buf, where: str, field: str) -> MetaVictims | None:
     pairs = _struct_pairs(raw, "v1.MetaVictims", _F_VICTIMS, where)
     if pairs is None:
         return None
-    uids: list[str] = []
+    pods: GoSlice[str | None] = GoSlice()
     n = 0
     for name, val in pairs:
         if name == "Pods":
             k = _jkind(val)
             if k == "null":
-                uids = []
+                pods.reset(nil=True)
             elif k != "array":
                 raise _type_error(k, f"MetaVictims.{field}.Pods", "[]*v1.MetaPod")
-            else:
-                uids = []
-                for item in _raw_list_decoder.decode(val):
-                    uid = ""
-                    for _f, uval in _struct_pairs(item, "v1.MetaPod", _F_METAPOD, f"MetaVictims.{field}.Pods") or []:
-                        uid = _string(uval, f"MetaPod.{field}.Pods.UID", uid)
-                    uids.append(uid)
+            else:  # []*MetaPod: a later Pods is decoded into the pods before (repeats.py)
+                pods.decode(_raw_list_decoder.decode(val), lambda old, item: _meta_pod_into(old, item, field))
         else:
             n = _int64(val, f"MetaVictims.{field}.NumPDBViolations", n)
-    return MetaVictims(uids, n)
+    return MetaVictims([uid or "" for uid in pods.value() or ()], n)
+
+
+def _meta_pod_into(uid: str | None, item: _Buf, field: str) -> str | None:
+    """A *MetaPod's UID after ``item`` is decoded into it; None: the nil pointer (null)."""
+    pairs = _struct_pairs(item, "v1.MetaPod", _F_METAPOD, f"MetaVictims.{field}.Pods")
+    if pairs is None:
+        return None
+    found = uid or ""  # a nil pointer points to a new MetaPod first (indirect)
+    for _f, value in pairs:
+        found = _string(value, f"MetaPod.{field}.Pods.UID", found)
+    return found
 
 
 @as_go_reads

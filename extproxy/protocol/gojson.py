@@ -295,13 +295,20 @@ def _string_list(raw: _Buf, where: str) -> list[str] | None:
         return _strings_decoder.decode(raw)  # the common case, checked in C
     except msgspec.ValidationError:
         pass  # nulls (Go: "") or a wrong element type: the exact walk below
-    items = _any_decoder.decode(raw)
-    out: list[str] = []
-    for it in items:
-        if isinstance(it, str):
+    return [item if item is not None else "" for item in _string_items(raw, where) or ()]
+
+
+def _string_items(raw: _Buf, where: str) -> list[str | None] | None:
+    """A []string's elements, None for a null one (which Go's decoder leaves as it was)."""
+    k = _jkind(raw)
+    if k == "null":
+        return None
+    if k != "array":
+        raise _type_error(k, where, "[]string")
+    out: list[str | None] = []
+    for it in _any_decoder.decode(raw):
+        if isinstance(it, str) or it is None:
             out.append(it)
-        elif it is None:
-            out.append("")
         else:
             raise _type_error(_pykind(it), where, "string")
     return out
