@@ -97,3 +97,15 @@ VICTIMS = [  # one MetaVictims' Pods given more than once: []*MetaPod, decoded i
 def test_repeated_victims_pods_are_decoded_into_the_same_pods(pairs, expected):
     body = ('{"NodeNameToMetaVictims":{"n":{' + pairs + '}}}').encode()
     assert p.decode_preemption_result(body).node_to_meta_victims["n"].pods == expected
+
+
+def test_repeated_maps_are_merged_key_by_key_and_each_value_replaced():
+    """A map is reused (object: ``if v.IsNil() { v.Set(reflect.MakeMap(t)) }``, else kept), and
+    each key's value is decoded into a zeroed ``mapElem`` and stored with ``SetMapIndex``: the
+    maps merge key by key, a key's value is replaced, not decoded into (a *MetaVictims too)."""
+    failed = p.decode_filter_result(b'{"FailedNodes":{"a":"1","b":"2"},"FailedNodes":{"b":null,"c":"3"}}')
+    assert failed.failed_nodes == {"a": "1", "b": "", "c": "3"}
+    victims = p.decode_preemption_result(
+        b'{"NodeNameToMetaVictims":{"n":{"Pods":[{"UID":"a"}],"NumPDBViolations":2},"m":null},'
+        b'"NodeNameToMetaVictims":{"n":{"Pods":[{}]}}}')
+    assert victims.node_to_meta_victims == {"n": p.MetaVictims([""], 0), "m": None}
