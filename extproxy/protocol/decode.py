@@ -92,6 +92,7 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
     ``last``, the envelope is kept for the next reader of the same bytes (envelope.LastObject).
     """
     pod_raw: bytes = b"null"
+    pod_identity = ("", "", "")
     nodes: NodeListParts | None = None
     names: GoSlice[str] = GoSlice()
     pairs = _top(body, "v1.ExtenderArgs", _F_ARGS, last)
@@ -102,11 +103,13 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
             if k not in ("object", "null"):
                 raise _type_error(k, "ExtenderArgs.Pod", "v1.Pod")
             pod_raw = bytes(_trim(val))
+            # read here, not after the loop: Go names the first type error in document order
+            pod_identity = identity_of(pod_raw, "Pod", "Pod")
         elif name == "Nodes":
             nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items, recent, into=again, before=nodes)
         else:
             strings_into(names, val, "ExtenderArgs.NodeNames")
-    return ArgsParts(pod_raw, identity_of(pod_raw, "Pod", "Pod"), nodes, names.value())
+    return ArgsParts(pod_raw, pod_identity, nodes, names.value())
 
 
 def _given_again(pairs: list[tuple[str, _Buf]], field: str) -> GoSlice[bytes] | None:

@@ -261,8 +261,13 @@ def _raw_items(raw: _Buf, where: str, gotype: str) -> list[bytes]:
 
 
 def _checked_items(items: list[bytes], where: str, gotype: str) -> list[bytes]:
-    """``items``, each checked to be an object or null, as Go's decoder requires of a []T."""
-    for item in items:
+    """``items``, each checked to be an object or null, as Go's decoder requires of a []T.
+
+    Go decodes the elements in order and names the first error it meets: the objects before a
+    wrong one are read for their identity first (whose types may be wrong before)."""
+    for index, item in enumerate(items):
         if item[0] not in (0x7B, 0x6E):  # '{' or 'n'
+            for earlier in items[:index]:
+                node_name_of(earlier)
             raise _type_error(_jkind(item), where, gotype)
     return items

@@ -83,3 +83,24 @@ def test_a_type_error_names_the_field_as_go_does(reader, body, message):
     with pytest.raises(ProtocolError) as caught:
         READERS[reader](body)
     assert str(caught.value) == message
+
+
+# Go keeps the first type error it meets, decoding in document order (saveError keeps the first;
+# array decodes element 0 whole before element 1; object decodes its pairs in turn).
+FIRST = [
+    ("filter", b'{"Nodes":{"items":[{"metadata":{"name":5}},7]}}',
+     _U + "number into Go struct field ObjectMeta.Nodes.items.metadata.name of type string"),
+    ("args", b'{"Nodes":{"items":[{"metadata":{"uid":true}},"x"]}}',
+     _U + "bool into Go struct field ObjectMeta.Nodes.items.metadata.uid of type types.UID"),
+    ("args", b'{"Pod":{"metadata":{"name":5}},"Nodes":{"items":[7]}}',
+     _U + "number into Go struct field ObjectMeta.Pod.metadata.name of type string"),
+    ("args", b'{"Pod":{"metadata":{"name":5}},"Pod":{}}',
+     _U + "number into Go struct field ObjectMeta.Pod.metadata.name of type string"),
+]
+
+
+@pytest.mark.parametrize("reader, body, message", FIRST, ids=[f"{c[0]}: {c[1].decode()}" for c in FIRST])
+def test_the_first_type_error_in_document_order_is_the_one_named(reader, body, message):
+    with pytest.raises(ProtocolError) as caught:
+        READERS[reader](body)
+    assert str(caught.value) == message
