@@ -15,6 +15,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from extproxy import kube
+from extproxy import protocol as p
+from extproxy.protocol.objects import identity_of
 from extproxy.config import BackendConfig
 from extproxy.semantics import combined_entry
 from tests.conftest import fixture_bytes, fixture_json, pass_all, slow, write_kubeconfig
@@ -325,3 +327,39 @@ def test_returned_nodes_named_in_another_spelling_are_taken_as_the_scheduler_tak
     assert answer["Error"] == "" and answer["FailedNodes"] == {request["NodeNames"][-1]: "busy"}
     taken = answer["NodeNames"] if answer["NodeNames"] is not None else [go_name(n) for n in answer["Nodes"]["items"]]
     assert taken == direct == request["NodeNames"][:-1]
+
+
+def answering_nodes_twice(handler, body):
+    """A full-object filter backend whose reply gives `Nodes` twice: the first node it was sent,
+    then one object that names it as the second node (its uid and the rest left out)."""
+    items = json.loads(body)["Nodes"]["items"]
+    again = json.dumps({"metadata": {"name": items[1]["metadata"]["name"]}})
+    reply = '{"Nodes":{"metadata":{},"items":[%s]},"Nodes":{"items":[%s]},"NodeNames":null,"FailedNodes":{},"Error":""}'
+    handler.answer(200, (reply % (json.dumps(items[0]), again)).encode())
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_reply_giving_nodes_twice_leaves_the_merged_node_as_the_scheduler_holds_it(
+        backend_server, proxy, write_config, parallel):
+    """encoding/json decodes the second `Nodes` into the NodeList the first one filled (the
+    pointer is reused), and its `items` into the same slice: element 0 of the second array is
+    decoded into the first node (decode.go, (*decodeState).array: d.value(v.Index(i))), so the
+    scheduler holds ONE Node named as the second object says, with the first one's uid and
+    labels. The proxy read the last occurrence only, and answered a Node without them."""
+    repeats = backend_server({"filter": answering_nodes_twice})
+    server = proxy(write_config({"parallelFilter": parallel, "backends": [
+        backend("repeats", repeats, filterVerb="filter"),
+    ]}))
+    request = fixture_json(FULL)
+    sent = request["Nodes"]["items"]
+
+    answer = post(server, "filter", json.dumps(request).encode())
+
+    # What the scheduler holds, calling the backend itself (written from Go's rules above).
+    held = [("", sent[1]["metadata"]["name"], sent[0]["metadata"]["uid"])]
+    # The proxy's answer, read as the scheduler reads it (repeated keys decoded in turn).
+    reading = p.decode_filter_result(answer.content, names_only=True, keep_items=True)
+    assert reading.error == "" and reading.node_item_names == [held[0][1]]
+    assert [identity_of(item) for item in reading.node_items] == held
+    labels = sent[0]["metadata"].get("labels")
+    assert labels and json.dumps(labels).encode()[1:-1] in reading.node_items[0]  # the first one's labels stay

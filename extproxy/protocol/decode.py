@@ -39,6 +39,7 @@ from .gojson import (
 )
 from .gostrings import as_go_reads
 from .objects import Known, NodeListParts, RecentBytes, _node_list, identity_of
+from .repeats import GoSlice, strings_into
 from .types import (
     BindingArgs,
     BindingResult,
@@ -60,6 +61,11 @@ _F_VICTIMS = _Fields(["Pods", "NumPDBViolations"])
 _F_METAPOD = _Fields(["UID"])
 _F_PREEMPT_ARGS = _Fields(["Pod", "NodeNameToVictims", "NodeNameToMetaVictims"])
 _F_PREEMPT_RESULT = _Fields(["NodeNameToMetaVictims"])
+
+# The Go types of fields that are not spelled as their JSON (extender/v1 types.go): a type
+# error names them so.
+_FAILED_NODES_MAP = "v1.FailedNodesMap"
+_BINDING_TYPES = {"PodName": "string", "PodNamespace": "string", "PodUID": "types.UID", "Node": "string"}
 
 
 @dataclass(slots=True)
@@ -86,19 +92,30 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
     ``last``, the envelope is kept for the next reader of the same bytes (envelope.LastObject).
     """
     pod_raw: bytes = b"null"
+    pod_identity = ("", "", "")
     nodes: NodeListParts | None = None
-    names: list[str] | None = None
-    for name, val in _top(body, "v1.ExtenderArgs", _F_ARGS, last):
+    names: GoSlice[str] = GoSlice()
+    pairs = _top(body, "v1.ExtenderArgs", _F_ARGS, last)
+    again = _given_again(pairs, "Nodes")
+    for name, val in pairs:
         if name == "Pod":
             k = _jkind(val)
             if k not in ("object", "null"):
                 raise _type_error(k, "ExtenderArgs.Pod", "v1.Pod")
             pod_raw = bytes(_trim(val))
+            # read here, not after the loop: Go names the first type error in document order
+            pod_identity = identity_of(pod_raw, "Pod", "Pod")
         elif name == "Nodes":
-            nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items, recent)
+            nodes = _node_list(val, "ExtenderArgs.Nodes", keep_items, recent, into=again, before=nodes)
         else:
-            names = _string_list(val, "ExtenderArgs.NodeNames")
-    return ArgsParts(pod_raw, identity_of(pod_raw, "Pod", "Pod"), nodes, names)
+            strings_into(names, val, "ExtenderArgs.NodeNames")
+    return ArgsParts(pod_raw, pod_identity, nodes, names.value())
+
+
+def _given_again(pairs: list[tuple[str, _Buf]], field: str) -> GoSlice[bytes] | None:
+    """For a NodeList field given more than once: the items its occurrences are decoded into in
+    turn, as Go decodes them (repeats.py); None for the usual message, read without it."""
+    return GoSlice() if sum(name == field for name, _ in pairs) > 1 else None
 
 
 @as_go_reads  # besides read_extender_args: the Pod and Nodes are decoded whole here
@@ -126,22 +143,25 @@ def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool
     decoded for its name (objects.names_of).
     """
     node_list: NodeListParts | None = None
-    names: list[str] | None = None
+    node_names: GoSlice[str] = GoSlice()
     failed: dict[str, str] | None = None
     unres: dict[str, str] | None = None
     error = ""
-    for name, val in _top(body, "v1.ExtenderFilterResult", _F_FILTER):
+    pairs = _top(body, "v1.ExtenderFilterResult", _F_FILTER)
+    again = _given_again(pairs, "Nodes")
+    for name, val in pairs:
         if name == "Nodes":
             node_list = _node_list(val, "ExtenderFilterResult.Nodes", keep_items=keep_items or not names_only,
-                                   known=known)
+                                   known=known, into=again, before=node_list)
         elif name == "NodeNames":
-            names = _string_list(val, "ExtenderFilterResult.NodeNames")
+            strings_into(node_names, val, "ExtenderFilterResult.NodeNames")
         elif name == "FailedNodes":
-            failed = _string_map(val, "ExtenderFilterResult.FailedNodes", failed)
+            failed = _string_map(val, "ExtenderFilterResult.FailedNodes", failed, _FAILED_NODES_MAP)
         elif name == "FailedAndUnresolvableNodes":
-            unres = _string_map(val, "ExtenderFilterResult.FailedAndUnresolvableNodes", unres)
+            unres = _string_map(val, "ExtenderFilterResult.FailedAndUnresolvableNodes", unres, _FAILED_NODES_MAP)
         else:
             error = _string(val, "ExtenderFilterResult.Error", error)
+    names = node_names.value()
     nodes = items = meta = item_names = None
     if node_list is not None:
         items, meta = node_list.items, node_list.metadata
@@ -212,7 +232,7 @@ def decode_binding_args(body: bytes) -> BindingArgs:
     """Decode an ExtenderBindingArgs body (bind request)."""
     v = {"PodName": "", "PodNamespace": "", "PodUID": "", "Node": ""}
     for name, val in _top(body, "v1.ExtenderBindingArgs", _F_BIND_ARGS):
-        v[name] = _string(val, f"ExtenderBindingArgs.{name}", v[name])
+        v[name] = _string(val, f"ExtenderBindingArgs.{name}", v[name], _BINDING_TYPES[name])
     return BindingArgs(v["PodName"], v["PodNamespace"], v["PodUID"], v["Node"])
 
 
@@ -228,57 +248,69 @@ def decode_binding_result(body: bytes) -> BindingResult:
 def _victims_map(
     raw: _Buf, where: str, current: dict | None, meta: bool
 ) -> dict[str, Any] | None:
-    """map[string]*Victims / map[string]*MetaVictims (merging into ``current``)."""
+    """map[string]*Victims / map[string]*MetaVictims (merging into ``current``).
+
+    ``where``: ``<message>.<field>``. Go adds nothing to a type error's field path for a map's
+    key, so a value of the wrong kind is named by the map's field, and the fields inside a
+    value by ``<Victims|MetaVictims>.<field>.<their name>`` (decode.go, ``addErrorContext``).
+    """
     k = _jkind(raw)
     if k == "null":
         return None
     gotype = "v1.MetaVictims" if meta else "v1.Victims"
     if k != "object":
         raise _type_error(k, where, "map[string]*" + gotype)
+    field = where.split(".", 1)[1]
     out = current if current is not None else {}
     for node, val in _pairs(_trim(raw)):
-        out[node] = _meta_victims(val, where.split(".", 1)[1]) if meta else _victims(val)
+        out[node] = _meta_victims(val, where, field) if meta else _victims(val, where, field)
     return out
 
 
-def _victims(raw: _Buf) -> Victims | None:
-    pairs = _struct_pairs(raw, "v1.Victims", _F_VICTIMS)
+def _victims(raw: _Buf, where: str, field: str) -> Victims | None:
+    pairs = _struct_pairs(raw, "v1.Victims", _F_VICTIMS, where)
     if pairs is None:
         return None
     pods: list = []
     n = 0
     for name, val in pairs:
         if name == "Pods":
-            pods = _object_list(val, "Victims.Pods", "v1.Pod") or []
+            pods = _object_list(val, f"Victims.{field}.Pods", "v1.Pod", "[]*v1.Pod") or []
         else:
-            n = _int64(val, "Victims.NumPDBViolations", n)
+            n = _int64(val, f"Victims.{field}.NumPDBViolations", n)
     return Victims(pods, n)
 
 
-def _meta_victims(raw: _Buf, field: str) -> MetaVictims | None:
-    """``field``: the map's field in the message (Go names a UID's type error by its path)."""
-    pairs = _struct_pairs(raw, "v1.MetaVictims", _F_VICTIMS)
+def _meta_victims(raw: _Buf, where: str, field: str) -> MetaVictims | None:
+    """``where``: the map's place in the message; ``field``: the map's field alone."""
+    pairs = _struct_pairs(raw, "v1.MetaVictims", _F_VICTIMS, where)
     if pairs is None:
         return None
-    uids: list[str] = []
+    pods: GoSlice[str | None] = GoSlice()
     n = 0
     for name, val in pairs:
         if name == "Pods":
             k = _jkind(val)
             if k == "null":
-                uids = []
+                pods.reset(nil=True)
             elif k != "array":
-                raise _type_error(k, "MetaVictims.Pods", "[]*v1.MetaPod")
-            else:
-                uids = []
-                for item in _raw_list_decoder.decode(val):
-                    uid = ""
-                    for _f, uval in _struct_pairs(item, "v1.MetaPod", _F_METAPOD) or []:
-                        uid = _string(uval, f"MetaPod.{field}.Pods.UID", uid)
-                    uids.append(uid)
+                raise _type_error(k, f"MetaVictims.{field}.Pods", "[]*v1.MetaPod")
+            else:  # []*MetaPod: a later Pods is decoded into the pods before (repeats.py)
+                pods.decode(_raw_list_decoder.decode(val), lambda old, item: _meta_pod_into(old, item, field))
         else:
-            n = _int64(val, "MetaVictims.NumPDBViolations", n)
-    return MetaVictims(uids, n)
+            n = _int64(val, f"MetaVictims.{field}.NumPDBViolations", n)
+    return MetaVictims([uid or "" for uid in pods.value() or ()], n)
+
+
+def _meta_pod_into(uid: str | None, item: _Buf, field: str) -> str | None:
+    """A *MetaPod's UID after ``item`` is decoded into it; None: the nil pointer (null)."""
+    pairs = _struct_pairs(item, "v1.MetaPod", _F_METAPOD, f"MetaVictims.{field}.Pods")
+    if pairs is None:
+        return None
+    found = uid or ""  # a nil pointer points to a new MetaPod first (indirect)
+    for _f, value in pairs:
+        found = _string(value, f"MetaPod.{field}.Pods.UID", found)
+    return found
 
 
 @as_go_reads

@@ -226,13 +226,19 @@ def _type_error(jkind: str, where: str, gotype: str) -> ProtocolError:
     return ProtocolError(f"json: cannot unmarshal {jkind} into Go struct field {where} of type {gotype}")
 
 
-def _struct_pairs(raw: _Buf, gotype: str, fields: _Fields) -> list[tuple[str, _Buf]] | None:
-    """Pairs of a Go struct value, keys resolved to field names; None for JSON null."""
+def _struct_pairs(raw: _Buf, gotype: str, fields: _Fields, where: str = "") -> list[tuple[str, _Buf]] | None:
+    """Pairs of a Go struct value, keys resolved to field names; None for JSON null.
+
+    ``where``: the field that holds the struct (a map's value, a slice's element), as a type
+    error names it; empty for the message itself (Go then has no field to name).
+    """
     raw = _trim(raw)
     k = _jkind(raw)
     if k == "null":
         return None
     if k != "object":
+        if where:
+            raise _type_error(k, where, gotype)
         raise ProtocolError(f"json: cannot unmarshal {k} into Go value of type {gotype}")
     out = []
     for key, val in _pairs(raw):
@@ -242,13 +248,14 @@ def _struct_pairs(raw: _Buf, gotype: str, fields: _Fields) -> list[tuple[str, _B
     return out
 
 
-def _string(raw: _Buf, where: str, current: str = "") -> str:
+def _string(raw: _Buf, where: str, current: str = "", gotype: str = "string") -> str:
+    """A string field; ``gotype`` is its Go type as an error names it (``types.UID`` is a string)."""
     k = _jkind(raw)
     if k == "string":
         return _any_decoder.decode(raw)
     if k == "null":
         return current
-    raise _type_error(k, where, "string")
+    raise _type_error(k, where, gotype)
 
 
 def _int64(raw: _Buf, where: str, current: int = 0, score: bool = False) -> int:
@@ -288,25 +295,34 @@ def _string_list(raw: _Buf, where: str) -> list[str] | None:
         return _strings_decoder.decode(raw)  # the common case, checked in C
     except msgspec.ValidationError:
         pass  # nulls (Go: "") or a wrong element type: the exact walk below
-    items = _any_decoder.decode(raw)
-    out: list[str] = []
-    for it in items:
-        if isinstance(it, str):
+    return [item if item is not None else "" for item in _string_items(raw, where) or ()]
+
+
+def _string_items(raw: _Buf, where: str) -> list[str | None] | None:
+    """A []string's elements, None for a null one (which Go's decoder leaves as it was)."""
+    k = _jkind(raw)
+    if k == "null":
+        return None
+    if k != "array":
+        raise _type_error(k, where, "[]string")
+    out: list[str | None] = []
+    for it in _any_decoder.decode(raw):
+        if isinstance(it, str) or it is None:
             out.append(it)
-        elif it is None:
-            out.append("")
         else:
             raise _type_error(_pykind(it), where, "string")
     return out
 
 
-def _string_map(raw: _Buf, where: str, current: dict[str, str] | None) -> dict[str, str] | None:
-    """map[string]string; merges into ``current`` like Go does for a duplicated key."""
+def _string_map(raw: _Buf, where: str, current: dict[str, str] | None,
+                gotype: str = "map[string]string") -> dict[str, str] | None:
+    """map[string]string (``gotype``: its Go name); merges into ``current`` like Go does for a
+    duplicated key."""
     k = _jkind(raw)
     if k == "null":
         return None
     if k != "object":
-        raise _type_error(k, where, "map[string]string")
+        raise _type_error(k, where, gotype)
     out = current if current is not None else {}
     for key, val in _pairs(_trim(raw)):
         vk = _jkind(val)
@@ -343,12 +359,14 @@ def _object(raw: _Buf, where: str, gotype: str) -> dict | None:
     return _any_decoder.decode(raw)
 
 
-def _object_list(raw: _Buf, where: str, gotype: str) -> list | None:
+def _object_list(raw: _Buf, where: str, gotype: str, list_type: str = "") -> list | None:
+    """A slice of objects (``list_type``: the slice's Go type, ``[]`` + gotype unless given;
+    an element's error names ``gotype``, the type after the pointer)."""
     k = _jkind(raw)
     if k == "null":
         return None
     if k != "array":
-        raise _type_error(k, where, "[]" + gotype)
+        raise _type_error(k, where, list_type or "[]" + gotype)
     items = _any_decoder.decode(raw)
     for it in items:
         if it is not None and not isinstance(it, dict):

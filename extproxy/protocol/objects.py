@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import msgspec
 
 from .identity import identity, plain_node_names
+from .repeats import GoSlice, object_into
 from .gojson import (
     ProtocolError,
     _Buf,
@@ -92,8 +93,8 @@ class RecentBytes:
 class _ExactNodeList(msgspec.Struct, forbid_unknown_fields=True):
     """A NodeList whose keys are spelled exactly as Go's tags: read in one pass (the usual case)."""
 
-    items: list[msgspec.Raw] | None = None
-    metadata: msgspec.Raw = msgspec.Raw(b"null")
+    items: list[msgspec.Raw] | None | msgspec.UnsetType = msgspec.UNSET
+    metadata: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
 
 
 _exact_node_list = msgspec.json.Decoder(_ExactNodeList)
@@ -103,7 +104,8 @@ Known = tuple[list[bytes], list[str]]  # Node objects' bytes and, in the same or
 
 
 def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentBytes | None = None,
-               known: Known | None = None) -> NodeListParts | None:
+               known: Known | None = None, into: GoSlice[bytes] | None = None,
+               before: NodeListParts | None = None) -> NodeListParts | None:
     """*v1.NodeList -> its parts; None for null. The one reader of NodeLists, in every message.
 
     ``keep_items=False``: names only (a reader of verdicts needs no more, and the items' bytes
@@ -111,8 +113,10 @@ def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentByt
     names of a list read before are taken from it (copies: the caller may change them).
     ``known``, with the items kept: objects whose names were read before (those the proxy sent);
     an item with the same bytes takes that name instead of being decoded again (_match_known).
+    ``into``, ``before``: the field given again (repeats.py): the items and the metadata it holds
+    from the earlier occurrences, decoded into (then no shortcut is taken).
     """
-    if recent is not None and not keep_items:
+    if recent is not None and not keep_items and into is None:
         value = bytes(raw)
         parts = recent.find(value)
         if parts is None:
@@ -124,28 +128,70 @@ def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentByt
         return NodeListParts(None, list(parts.names), dict(parts.metadata))
     k = _jkind(raw)
     if k == "null":
+        if into is not None:  # the pointer set to nil: a later occurrence starts afresh
+            into.reset(nil=True)
         return None
     if k != "object":
         raise _type_error(k, where, "v1.NodeList")
+    # Go names a NodeList's own fields by the path from the message down (decode.go,
+    # addErrorContext): NodeList.Nodes.items, not NodeList.items
+    in_list = "NodeList." + where.split(".", 1)[1]
+    items_at, meta_at = in_list + ".items", in_list + ".metadata"
+    if into is not None:
+        return _node_list_pairs(raw, items_at, meta_at, keep_items, known, into, before)
     if not keep_items:
         plain = plain_node_names(raw)  # the usual list: names only, one pass
         if plain is not None:
             names, list_meta = plain
-            meta = _object(_trim(list_meta), "NodeList.metadata", "v1.ListMeta") or {} if list_meta is not None else {}
+            meta = _object(_trim(list_meta), meta_at, "v1.ListMeta") or {} if list_meta is not None else {}
             return NodeListParts(None, names, meta)
-    try:  # keys exactly "items"/"metadata": one C pass (a repeated key: the last one, as in Go)
+    try:  # keys exactly "items"/"metadata", each once: one C pass
         exact = _exact_node_list.decode(raw)
-        items, matched = _match_known(exact.items or (), known)
-        items = _checked_items(items, "NodeList.items", "v1.Node")
-        meta = _object(_trim(exact.metadata), "NodeList.metadata", "v1.ListMeta") or {}
-    except msgspec.ValidationError:  # other spellings, or wrong types: Go's key rules, one key at a time
-        items, meta, matched = [], {}, []
-        for name, val in _struct_pairs(raw, "v1.NodeList", _F_NODELIST) or []:
-            if name == "items":
-                items = _raw_items(val, "NodeList.items", "v1.Node")
-                matched = [-1] * len(items)
-            else:
-                meta = {**meta, **(_object(val, "NodeList.metadata", "v1.ListMeta") or {})}
+    except msgspec.ValidationError:  # other spellings or wrong types
+        return _node_list_pairs(raw, items_at, meta_at, keep_items, known, None, None)
+    if _written_length(exact) != len(raw):  # a key twice (or only spaces): msgspec kept the last
+        return _node_list_pairs(raw, items_at, meta_at, keep_items, known, None, None)
+    items, matched = _match_known(exact.items or (), known)
+    items = _checked_items(items, items_at, "v1.Node")
+    meta = _object(_trim(exact.metadata), meta_at, "v1.ListMeta") or {} if exact.metadata else {}
+    return NodeListParts(items if keep_items else None, _names(items, matched, known), meta)
+
+
+def _written_length(exact: _ExactNodeList) -> int:
+    """The length of ``exact`` written compactly: a NodeList's length is this when each key came
+    once, unescaped, without spaces (else Go's reading may differ from msgspec's)."""
+    size, keys = 2, 0
+    if exact.items is not msgspec.UNSET:
+        keys += 1
+        items = exact.items
+        size += 8 + (4 if items is None else 2 + sum(map(len, items)) + max(len(items) - 1, 0))
+    if exact.metadata is not msgspec.UNSET:
+        keys += 1
+        size += 11 + len(exact.metadata)
+    return size + max(keys - 1, 0)
+
+
+def _node_list_pairs(raw: _Buf, items_at: str, meta_at: str, keep_items: bool, known: Known | None,
+                     into: GoSlice[bytes] | None, before: NodeListParts | None) -> NodeListParts:
+    """A NodeList's pairs in turn, by Go's key rules (other spellings, a key given twice, spaces,
+    wrong types). ``items`` given once, into nothing: its objects as they came, the known ones
+    matched; more than once, or in a field given again (``into``, ``before``): decoded into the
+    items before (repeats.py)."""
+    pairs = _struct_pairs(raw, "v1.NodeList", _F_NODELIST) or []
+    if into is None and sum(name == "items" for name, _ in pairs) > 1:
+        into = GoSlice()
+    items: list[bytes] = (into.value() or []) if into is not None else []
+    matched = [-1] * len(items)
+    meta = dict(before.metadata) if before is not None else {}
+    for name, val in pairs:
+        if name == "metadata":
+            meta = {**meta, **(_object(val, meta_at, "v1.ListMeta") or {})}
+        elif into is None:
+            items, matched = _match_known(_raw_items(val, items_at, "v1.Node"), known)
+        else:  # null and [] leave no element; otherwise each is decoded into the one before
+            into.decode(_raw_items(val, items_at, "v1.Node"), object_into)
+            items = into.value() or []
+            matched = [-1] * len(items)
     return NodeListParts(items if keep_items else None, _names(items, matched, known), meta)
 
 
@@ -215,8 +261,13 @@ def _raw_items(raw: _Buf, where: str, gotype: str) -> list[bytes]:
 
 
 def _checked_items(items: list[bytes], where: str, gotype: str) -> list[bytes]:
-    """``items``, each checked to be an object or null, as Go's decoder requires of a []T."""
-    for item in items:
+    """``items``, each checked to be an object or null, as Go's decoder requires of a []T.
+
+    Go decodes the elements in order and names the first error it meets: the objects before a
+    wrong one are read for their identity first (whose types may be wrong before)."""
+    for index, item in enumerate(items):
         if item[0] not in (0x7B, 0x6E):  # '{' or 'n'
+            for earlier in items[:index]:
+                node_name_of(earlier)
             raise _type_error(_jkind(item), where, gotype)
     return items
