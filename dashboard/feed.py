@@ -83,7 +83,7 @@ def attempt_to_json(key: str, calls: list[Call], told) -> dict:
         "steps": [
             {"verb": s.verb, "backend": s.backend, "call_id": s.call_id, "duration_ms": s.duration_ms,
              "outcome": s.outcome, "counted": s.counted, "detail": s.detail, "error": s.error[:500],
-             "rejection": list(s.rejection) if s.rejection else None}
+             "rejection": list(s.rejection) if s.rejection else None, "not_called": s.not_called}
             for s in told.steps
         ],
         "calls": [c.id for c in calls],

@@ -145,3 +145,24 @@ def test_a_feed_filtered_by_a_backend_keeps_the_combined_calls_it_took_part_in(s
     pods = [r.locator("td").nth(3).inner_text() for r in rows.all()]
     assert pods == ["ml-team/zone-direct", "ml-team/live-z", "ml-team/before-z"]
     assert page.console_errors == []  # type: ignore[attr-defined]
+
+
+def test_the_feed_says_a_backend_extproxy_did_not_call_was_not_called(scene, viewer_login, browser_page):
+    """Registered with names, the full-object backends need Node objects from extproxy's node
+    cache, empty here: they are not called. Their chips read "0.0 ms error", as if a call had
+    failed at once."""
+    page = browser_page
+    log_in(page, scene.url, viewer_login)
+    send(scene, "/extender/filter", pod_request("uncalled-h", names=True))
+
+    row = page.locator("#attempts tr.attempt-row", has_text="ml-team/uncalled-h")
+    page.wait_for_selector("#attempts tr.state-pending")  # told by the server: the steps carry not_called
+    chips = [c.inner_text() for c in row.locator(".step").all()]
+    assert "gpu filter: not called" in chips, chips
+    assert not any(c.startswith("gpu filter: 0.0 ms") for c in chips)
+    assert row.locator("td.reason").inner_text().startswith("gpu filter not called: no Node object for")
+    row.click()
+    detail = page.locator("#attempts tr.attempt-detail")
+    gpu_row = detail.locator("tbody tr", has_text="gpu")
+    assert [gpu_row.locator("td").nth(i).inner_text() for i in (2, 3)] == ["—", "not called"]
+    assert page.console_errors == []  # type: ignore[attr-defined]

@@ -161,8 +161,9 @@
     for (const s of steps) {
       const chip = document.createElement("span");
       chip.className = "step outcome-" + s.outcome + (s.counted ? " counted-" + s.counted.replace(/\s+/g, "-") : "");
-      let text = s.backend + " " + s.verb + ": " + Number(s.duration_ms).toFixed(1) + " ms " +
-        (s.counted && s.counted !== s.outcome ? s.counted : s.outcome);
+      // A backend extproxy never called has no time: "not called", and why in the title.
+      let text = s.backend + " " + s.verb + ": " + (s.not_called ? "not called" :
+        Number(s.duration_ms).toFixed(1) + " ms " + (s.counted && s.counted !== s.outcome ? s.counted : s.outcome));
       if (s.detail) text += " (" + s.detail + ")";
       chip.textContent = text;
       chip.title = s.error || "";
@@ -175,6 +176,7 @@
     if (!entry.told) return "";
     for (const s of entry.told.steps) {
       if (s.rejection) return s.rejection[0] + ": " + s.rejection[1] + " (" + s.backend + ")";
+      if (s.not_called) return s.backend + " " + s.verb + " not called: " + s.error;
       if (s.counted === "error") return s.backend + " " + s.verb + " error: " + s.error;
     }
     return "";
@@ -219,8 +221,9 @@
     const body = table.createTBody();
     for (const s of entry.told ? entry.told.steps : entry.steps) {
       const r = body.insertRow();
-      r.appendChild(td(s.verb)); r.appendChild(td(s.backend)); r.appendChild(td(Number(s.duration_ms).toFixed(1), "num"));
-      r.appendChild(td(s.outcome)); r.appendChild(td(s.counted)); r.appendChild(td(s.detail + (s.error ? " " + s.error : "")));
+      r.appendChild(td(s.verb)); r.appendChild(td(s.backend));
+      r.appendChild(td(s.not_called ? "—" : Number(s.duration_ms).toFixed(1), "num"));
+      r.appendChild(td(s.not_called ? "not called" : s.outcome)); r.appendChild(td(s.counted)); r.appendChild(td(s.detail + (s.error ? " " + s.error : "")));
       r.appendChild(td(s.rejection ? s.rejection[0] + ": " + s.rejection[1] : ""));
       const link = document.createElement("td");
       const a = document.createElement("a");
