@@ -190,7 +190,9 @@ class Engine:
             Trace(
                 verb=verb,
                 backend="combined",
-                url="combined",
+                # The path the scheduler posts to (its urlPrefix ends in /extender): its own error
+                # text for a non-200 answer names that URL ("failed preempt with extender at URL ...").
+                url="/extender",
                 started_at=started,
                 finished_at=now(),
                 request_body=body,

@@ -187,3 +187,19 @@ def test_extproxys_own_bind_failing_is_said_to_be_extproxys(scene):
     story = viewer().get("/pods/ml-team/binding-g/").context["story"]
     assert story.state == "pending"
     assert story.sentence == f"Pending: binding failed through the Kubernetes API (extproxy's bind): {answer['Error']}"
+
+
+def test_a_combined_answer_that_failed_names_extproxys_own_url(backend_server, proxy, write_config):
+    """A non-200 combined answer is recorded in the scheduler's words, which name the URL it
+    posted to: extproxy's /extender/<verb>, not "combined/preempt", which is no URL."""
+    failing = backend_server({"preempt": reply(500, b"boom", "text/plain")})
+    server = proxy(write_config({"backends": [
+        {"name": "gpu", "urlPrefix": failing.url, "preemptVerb": "preempt", "httpTimeout": "2s"}]}))
+    preempt = copy.deepcopy(fixture_json("preempt-request.nodecache-false.json"))
+    preempt["Pod"]["metadata"].update(name="evicting-i", namespace="ml-team", uid="uid-evicting-i")
+    response = requests.post(server.url + "/extender/preempt", data=json.dumps(preempt).encode(), timeout=30)
+    server.flush()
+
+    assert response.status_code != 200
+    call = Call.objects.get(pod_name="evicting-i")
+    assert call.error.startswith(f"failed preempt with extender at URL /extender/preempt, code {response.status_code}")
