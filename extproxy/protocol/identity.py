@@ -109,7 +109,7 @@ def plain_node_names(raw: _Buf) -> tuple[list[str], msgspec.Raw | None] | None:
     identity() reads each item; None when Go's reading could differ (then read each item)."""
     try:
         nodes = _plain_node_list.decode(raw)
-        if len(_encoder.encode(nodes)) != len(raw) and not _each_key_seen(raw, nodes):
+        if len(_encoder.encode(nodes)) != len(raw):
             return None
         names = []
         for node in nodes.items or ():
@@ -159,23 +159,6 @@ def _once_literally(raw: _Buf | msgspec.Raw, keys: tuple[bytes, ...]) -> bool:
     data = bytes(view)
     escaped = b"\\" in data and b"\\u" in data  # the first test is a memchr; the second, a search
     return not escaped and all(data.count(key) <= 1 for key in keys)
-
-
-def _each_key_seen(raw: _Buf, nodes: _PlainNodeList) -> bool:
-    """Whether each identity key written in ``raw`` (a NodeList with spaces) is one the struct
-    read: its quoted name occurs in the bytes as often as it was decoded. A key given twice adds
-    an occurrence msgspec dropped (and without a ``\\u`` escape a key can be spelled no other
-    way); an occurrence inside a string only refuses a plain list, as _once_literally does."""
-    data = bytes(raw)
-    if b"\\" in data and b"\\u" in data:
-        return False
-    items = nodes.items if isinstance(nodes.items, list) else []
-    metas = [n.metadata for n in items if n is not None and n.metadata is not msgspec.UNSET]
-    seen = {b'"items"': int(nodes.items is not msgspec.UNSET),
-            b'"metadata"': len(metas) + int(nodes.metadata is not msgspec.UNSET)}
-    for key in ("name", "namespace", "uid"):
-        seen[f'"{key}"'.encode()] = sum(1 for m in metas if m is not None and getattr(m, key) is not msgspec.UNSET)
-    return all(data.count(key) == count for key, count in seen.items())
 
 
 def _text(value: _Seen) -> str:

@@ -139,6 +139,10 @@ def _node_list(raw: _Buf, where: str, keep_items: bool = True, recent: RecentByt
     items_at, meta_at = in_list + ".items", in_list + ".metadata"
     if into is not None:
         return _node_list_pairs(raw, items_at, meta_at, keep_items, known, into, before)
+    if b" " in bytes(raw[:64]):  # written with spaces (Python's json.dumps)
+        spaced = _spaced_list(raw, items_at, meta_at, keep_items)
+        if spaced is not None:
+            return spaced
     if not keep_items:
         plain = plain_node_names(raw)  # the usual list: names only, one pass
         if plain is not None:
@@ -169,6 +173,27 @@ def _written_length(exact: _ExactNodeList) -> int:
         keys += 1
         size += 11 + len(exact.metadata)
     return size + max(keys - 1, 0)
+
+
+def _spaced_list(raw: _Buf, items_at: str, meta_at: str, keep_items: bool) -> NodeListParts | None:
+    """A list written with spaces, read in one pass all the same: its names from the same JSON
+    without the spaces between tokens (msgspec.json.format keeps strings, escapes and numbers as
+    written; Go skips those spaces), where the lengths can prove that no key came twice; its
+    items kept as they came. None when that cannot be proved (then Go's rules, pair by pair)."""
+    try:
+        compact = msgspec.json.format(raw, indent=-1)
+    except msgspec.DecodeError:  # what is wrong with it is said by Go's reading
+        return None
+    plain = plain_node_names(compact) if len(compact) < len(raw) else None
+    if plain is None:
+        return None
+    names, list_meta = plain
+    meta = _object(_trim(list_meta), meta_at, "v1.ListMeta") or {} if list_meta is not None else {}
+    if not keep_items:
+        return NodeListParts(None, names, meta)
+    exact = _exact_node_list.decode(raw)  # the same keys, each once (proved above): the items' own bytes
+    items = exact.items if isinstance(exact.items, list) else []
+    return NodeListParts(_checked_items([bytes(item) for item in items], items_at, "v1.Node"), names, meta)
 
 
 def _node_list_pairs(raw: _Buf, items_at: str, meta_at: str, keep_items: bool, known: Known | None,
