@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Sequence
 
+from extproxy.bodies import not_called_reason
 from extproxy.config import BackendConfig
 from extproxy.models import _decisions
 from extproxy.semantics import FilterChain, Outcome, Verdict, bind_fallthrough, choose_binder
@@ -108,10 +109,6 @@ class _Source:
     not_called: bool = False
 
 
-def _not_called(part: Any) -> bool:
-    return any(isinstance(f, dict) and f.get("kind") == "not-called" for f in part.findings or ())
-
-
 def latest_per_backend(calls: Sequence[Any], verb: str) -> list[Any]:
     """The last call of `verb` per backend, in the order the scheduler made them."""
     last: dict[str, Any] = {}
@@ -131,7 +128,7 @@ def sources(calls: Sequence[Any], verb: str) -> list[_Source]:
         for child in sorted(children_of(parent), key=lambda b: (b.started_at, b.id)):
             out.append(_Source(child.verb, child.backend, parent.id, child.started_at, child.finished_at,
                                child.outcome, child.error, _decisions(child.decisions_blob), parent.node_count,
-                               _not_called(child)))
+                               bool(not_called_reason(child))))
         return out
     return [
         _Source(c.verb, c.backend, c.id, c.started_at, c.finished_at, c.outcome, c.error,

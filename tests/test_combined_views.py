@@ -18,6 +18,7 @@ from django.test import Client
 
 from extproxy.models import BackendCall, Call
 from tests.conftest import fixture_json, reply
+from tests.test_dashboard_traffic import pod_request
 
 FULL = "filter-request.nodecache-false.json"
 GPU_REASONS = fixture_json("filter-result.nodecache-false.json")  # node-01 and node-03 pass
@@ -37,17 +38,6 @@ def zone_filter(handler, body):
 def zone_scores(handler, body):
     names = json.loads(body)["NodeNames"]
     handler.answer(200, json.dumps([{"Host": n, "Score": 2} for n in names]).encode())
-
-
-def pod_request(name: str, nodes: list[str] | None = None, names: bool = False) -> dict:
-    args = copy.deepcopy(fixture_json(FULL))
-    args["Pod"]["metadata"].update(name=name, namespace="ml-team", uid=f"uid-{name}")
-    if nodes is not None:
-        args["Nodes"]["items"] = [n for n in args["Nodes"]["items"] if n["metadata"]["name"] in nodes]
-    if names:
-        args["NodeNames"] = [n["metadata"]["name"] for n in args["Nodes"]["items"]]
-        args["Nodes"] = None
-    return args
 
 
 @pytest.fixture
@@ -180,7 +170,7 @@ def test_extproxys_own_bind_failing_is_said_to_be_extproxys(scene):
     """No backend binds: extproxy binds through the Kubernetes API, which it cannot reach here."""
     send(scene, "/extender/filter", pod_request("binding-g"))
     answer = send(scene, "/extender/bind", {"PodName": "binding-g", "PodNamespace": "ml-team",
-                                            "PodUID": "uid-binding-g", "Node": "node-01"})
+                                            "PodUID": "uid-ml-team-binding-g", "Node": "node-01"})
     scene.flush()
 
     assert answer["Error"]
