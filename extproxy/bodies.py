@@ -83,12 +83,18 @@ def _restore(stored: bytes, status: int | None = None) -> Body:
     return Body(restored.body, restored.exact, list(restored.marks), status)
 
 
+# How the combined form words the finding (combined.py); the pages and the API say "not called"
+# themselves, so the reason they show is what follows it.
+_NOT_CALLED = "extproxy did not call this backend: "
+
+
 def not_called_reason(part: BackendCall) -> str:
     """Why extproxy never called this backend in a combined call, or "" when it did. Such a
     part has no request and no reply: its empty bodies are not "the bytes as received"."""
     for finding in part.findings or ():
         if isinstance(finding, dict) and finding.get("kind") == "not-called":
-            return str(finding.get("detail") or "")
+            why = str(finding.get("detail") or "").removeprefix(_NOT_CALLED).strip()
+            return why or "no reason was recorded"  # never "", which would read as "called"
     return ""
 
 

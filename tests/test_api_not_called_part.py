@@ -28,7 +28,19 @@ def test_the_bodies_of_a_part_never_sent_are_a_404_that_says_why(backend_server,
         assert got.status_code == 404, (which, got.status_code, got.headers, got.content[:200])
         assert "X-Extproxy-Exact" not in got.headers
         detail = got.json()["detail"]
-        assert "backend full was not called" in detail and "no Node object" in detail, detail
+        assert detail.startswith(f"extproxy did not call backend full, so there is no {which}: no Node object"), detail
+        assert detail.count("did not call") == 1, detail  # said once, then why
         # the part that was made still gives its bytes
         made = admin_client.get(f"{base}/{parts['names']['id']}/{which}", timeout=30)
         assert made.status_code == 200 and made.headers["X-Extproxy-Exact"] == "true" and made.content
+
+
+def test_a_not_called_finding_without_its_detail_still_reads_as_not_called():
+    """"" means "called" to every caller (the call page, the API, the pod story): a finding
+    stored without its detail must not turn a part that was never sent into one that was."""
+    from extproxy.bodies import not_called_reason
+    from extproxy.models import BackendCall
+
+    assert not_called_reason(BackendCall(findings=[{"kind": "not-called"}])) == "no reason was recorded"
+    assert not_called_reason(BackendCall(findings=[{"kind": "not-called", "detail": None}])) == "no reason was recorded"
+    assert not_called_reason(BackendCall(findings=[{"kind": "score-out-of-range"}])) == ""

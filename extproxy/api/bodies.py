@@ -81,7 +81,7 @@ def _backend_call_body(request, pk: int, bc: int, which: str):
     part = object_or_404(BackendCall, pk=bc, call_id=pk)
     if reason := not_called_reason(part):
         # Empty bytes marked exact would read as "the backend was sent nothing and answered nothing".
-        raise Http404(f"backend {part.backend} was not called: there is no {which} ({reason})")
+        raise Http404(f"extproxy did not call backend {part.backend}, so there is no {which}: {reason}")
     body = request_of(part) if which == "request" else response_of(part)
     audit(request, Action.BODIES_DOWNLOADED, target=f"call {pk} backend call {bc} {which}",
           detail={"part": which, "backend": part.backend})
