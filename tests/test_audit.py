@@ -162,8 +162,13 @@ def test_it_shows_auditors_the_trail_page_with_filters_exports_and_text_escaped(
     filtered = client.get("/audit/?action=export").content.decode()
     assert "calls as csv" in filtered and "203.0.113.9" not in filtered
     assert "/api/audit/export/?action=export&amp;format=csv" in filtered
+    assert client.get("/api/audit/export/?action=export&format=csv").status_code == 200
     bad = client.get("/audit/?since=last-week")
     assert bad.status_code == 200 and "since: Enter a valid date/time." in bad.content.decode()
+    # An invalid selection has no export: its links would only answer 400.
+    assert client.get("/api/audit/export/?since=last-week&format=csv").status_code == 400
+    assert "/api/audit/export/" not in bad.content.decode()
+    assert "correct the filters above to export" in bad.content.decode()
 
 
 def test_it_hides_the_audit_link_from_viewers():
