@@ -9,7 +9,7 @@ import re
 from extproxy.models import ReplayItem
 from tests.conftest import fixture_bytes
 from tests.test_per_backend import config_for, post
-from tests.test_replay import NAMES, recorded, replay_one, user_client
+from tests.test_replay import NAMES, recorded, replay_one, user_client, wait_for
 from tests.test_replay_command import replay
 
 NOTE = "a change here may come from the redaction"
@@ -77,3 +77,45 @@ def test_a_fixtures_request_redactions_are_its_replays_marks():
             "redactions": [mark, "response: NodeNames[0] redacted"]}
     assert Original.from_fixture(data).marks == [mark]  # the response's marks are not the request's
     assert Original.from_fixture({**data, "redactions": []}).marks == []
+
+
+def test_the_replay_page_notes_the_redaction_where_a_call_changed_and_counts_the_rest(
+        backend_server, proxy, write_config, admin_client):
+    """Every item of a pod with a redacted value carried the note, changed or not: a page of
+    identical notes on unchanged calls. The note belongs where a change may be the redaction's;
+    the run's count says how many requests were redacted in all."""
+    from django.contrib.auth.models import Group, User
+    from django.test import Client
+
+    from tests.conftest import pass_all
+
+    def steady_or_by_tier(handler, body: bytes) -> None:  # pod "steady" passes whatever its tier
+        (pass_all if json.loads(body)["Pod"]["metadata"]["name"] == "steady" else by_tier)(handler, body)
+
+    backend = backend_server({"filter": steady_or_by_tier})
+    server = proxy(write_config({**config_for(backend.url, nodeCacheCapable=True),
+                                 "redaction": {"redactLabels": ["tier"]}}))
+    steady = json.loads(fixture_bytes(NAMES))
+    steady["Pod"]["metadata"]["name"] = "steady"
+    post(server, "/extender/gpu/filter", fixture_bytes(NAMES))
+    post(server, "/extender/gpu/filter", json.dumps(steady).encode())
+    calls = {c["pod"]["name"]: c["id"] for c in recorded(server, admin_client)}
+    assert len(calls) == 2
+    developer = user_client("developer")
+    started = developer.post(server.url + "/api/replays/", json={"calls": sorted(calls.values())}, timeout=60)
+    assert started.status_code == 201, started.text
+    run = wait_for(developer, server, started.json()["id"])
+    assert (run["total"], run["redacted"], run["changed"]) == (2, 2, 1), run
+    assert all(NOTE in item["note"] for item in run["items"])  # the API keeps it on every item
+
+    user = User.objects.create_user("pages", password="pw")
+    user.groups.add(Group.objects.get(name="developer"))
+    viewer = Client()
+    viewer.force_login(user)
+    page = viewer.get(f"/replays/{run['id']}/")
+    assert page.status_code == 200
+    rows = {row.split("</td>", 1)[0].rsplit(">", 2)[-2].split("<")[0]: row
+            for row in page.content.decode().split("<tr class=")[1:]}
+    changed = calls[next(name for name in calls if name != "steady")]
+    assert NOTE in rows[str(changed)] and NOTE not in rows[str(calls["steady"])], rows
+    assert "2 request(s) redacted" in page.content.decode()
