@@ -62,9 +62,18 @@ def took_part(backend: str) -> Q:
     backend is `combined` and each backend answers in a part (BackendCall), so matching the
     call's own backend alone found none of a backend's calls there. The part is looked up per
     call through the parts' index on their call, which keeps a newest-first page a short walk
-    of the calls' own index."""
-    parts = BackendCall.objects.filter(call=OuterRef("pk"), backend=backend)
-    return Q(backend=backend) | Q(Exists(parts))
+    of the calls' own index.
+
+    A side that holds no row for `backend` is left out of the query: the `or` of the two keeps
+    the database from using either side's index, so a backend with no parts (a typo, a
+    per-backend setup, a backend since removed) walked every call looking for one. Each check
+    is one probe of an index (call_backend_verb, part_backend_call)."""
+    if not BackendCall.objects.filter(backend=backend).exists():
+        return Q(backend=backend)
+    parts = Q(Exists(BackendCall.objects.filter(call=OuterRef("pk"), backend=backend)))
+    if not Call.objects.filter(backend=backend).exists():
+        return parts
+    return Q(backend=backend) | parts
 
 
 class IdsFilter(df.BaseInFilter, df.NumberFilter):
