@@ -103,3 +103,18 @@ def test_a_preempt_decision_changes_with_its_pdb_violations_and_not_with_its_vic
     assert dict(diff(preempt("victims: a, b"), preempt("victims: a, c")).kinds) == {"reason": 1}
     # Only a preempt decision's victims are a set: a filter reason is text.
     assert diff(side([d("n", "failed", "victims: a, b")]), side([d("n", "failed", "victims: b, a")])).changed
+
+
+def test_an_old_combined_error_naming_no_url_is_the_same_error_as_the_one_recorded_now():
+    """Combined calls recorded before their error named the path the scheduler posted to said
+    "URL combined/preempt"; a replay of one, answered the same, is not an `error` change."""
+    old = "failed preempt with extender at URL combined/preempt, code 502"
+    now = "failed preempt with extender at URL /extender/preempt, code 502"
+    assert diff(side([], verb="preempt", outcome="error", error=old, backend="combined"),
+                side([], verb="preempt", outcome="error", error=now, backend="combined")).kinds == {}
+    # A per-backend call's URL is its backend's: nothing is read into it.
+    assert diff(side([], verb="preempt", outcome="error", error=old, backend="gpu"),
+                side([], verb="preempt", outcome="error", error=now, backend="gpu")).kinds == {"error": 1}
+    # Another status is still a change.
+    assert diff(side([], verb="preempt", outcome="error", error=old, backend="combined"),
+                side([], verb="preempt", outcome="error", error=now.replace("502", "500"), backend="combined")).kinds == {"error": 1}

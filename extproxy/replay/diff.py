@@ -107,6 +107,19 @@ def winners(decisions: Iterable[dict], backend: str) -> list[str]:
     return sorted(node for node, score in scores.items() if score == best)
 
 
+# Combined calls recorded before their error text named the path the scheduler posted to said
+# "with extender at URL combined/<verb>"; the same answer is now recorded with "/extender/<verb>".
+_OLD_COMBINED_URL, _COMBINED_URL = " with extender at URL combined/", " with extender at URL /extender/"
+
+
+def _as_recorded_now(side: Side) -> str:
+    """A side's error as extproxy records it today, so that a replay of an old record, answered
+    the same, is not an `error` change."""
+    if side.backend == "combined" and _OLD_COMBINED_URL in side.error:
+        return side.error.replace(_OLD_COMBINED_URL, _COMBINED_URL, 1)
+    return side.error
+
+
 def diff(before: Side, after: Side) -> Diff:
     result = Diff()
     if before.outcome != after.outcome:
@@ -115,7 +128,7 @@ def diff(before: Side, after: Side) -> Diff:
         result.outcome = {"before": before.outcome, "after": after.outcome}
         result.kinds[f"outcome:{before.outcome}->{after.outcome}"] += 1
         return result
-    if before.error != after.error:
+    if _as_recorded_now(before) != after.error:
         result.error = {"before": before.error, "after": after.error}
         result.kinds["error"] += 1
     old, new = _by_key(before.decisions), _by_key(after.decisions)
