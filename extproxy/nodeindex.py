@@ -69,7 +69,7 @@ def involving(node: str, verdict: str | None = None) -> Q:
 
 UNINDEXED_REASON = ("not in the node index (recorded while EXTPROXY_NODE_INDEX=0, replays recorded before replays "
                     "were indexed, records whose request was not read, node sets gone): whether they involved the "
-                    "node is not known")
+                    "node is not known; `manage.py index_nodes` indexes those whose stored request reads")
 
 
 def unindexed() -> Q:

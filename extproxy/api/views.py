@@ -17,7 +17,8 @@ from .serializers import AuditEventSerializer, CallDetailDoc, CallDoc, CallSeria
 UNINDEXED_COUNTED = 1000  # at most this many rows read to count them: one bounded query per page
 LISTING_UNINDEXED_REASON = ("no node set (recorded while EXTPROXY_NODE_INDEX=0, replays recorded before replays were "
                             "indexed, records whose request was not read): whether they involved the node is not "
-                            "known, and this listing does not show them (an export reads the binds among them)")
+                            "known, and this listing does not show them (an export reads the binds among them); "
+                            "`manage.py index_nodes` indexes those whose stored request reads")
 
 
 class NewestFirst(StrictCursorPagination):
