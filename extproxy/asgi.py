@@ -33,7 +33,7 @@ from dashboard import background as dashboard_background  # noqa: E402
 from dashboard.auth import SUBPROTOCOL, OriginValidator, TokenAuthMiddleware  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
-from . import offload  # noqa: E402
+from . import offload, statement_bound  # noqa: E402
 from .aside import aside  # noqa: E402
 from .config import ConfigError  # noqa: E402
 from .database_down import websocket_outage_guard  # noqa: E402
@@ -74,6 +74,7 @@ async def lifespan_app(scope, receive, send):
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            statement_bound.install()  # before any page's or loop's first statement
             dashboard_background.start()
             heap_trimmer.start()
             aside.bind(asyncio.get_running_loop())  # calls' bookkeeping waits for a backend wait

@@ -27,8 +27,11 @@ from django.urls import reverse
 from django.views.defaults import server_error as plain_server_error
 
 from .ratelog import RateLimitedLog
+from .recording.deadline import DeadlinePassed
 
-OUTAGE = (OperationalError, InterfaceError)
+# DeadlinePassed: a statement the database did not answer within EXTPROXY_DB_STATEMENT_DEADLINE
+# (statement_bound.py), its connection shut: an outage too.
+OUTAGE = (OperationalError, InterfaceError, DeadlinePassed)
 RETRY_AFTER = "5"  # seconds: the pool's wait, and about how soon a restarted database takes connections
 
 _log = RateLimitedLog(logging.getLogger("extproxy.database"), interval=60.0)
@@ -48,7 +51,13 @@ def server_error(request: HttpRequest) -> HttpResponse:
     exc = sys.exc_info()[1]
     if not isinstance(exc, OUTAGE):
         return plain_server_error(request)
-    reason = f"the database is unavailable ({type(exc).__name__})"
+    if isinstance(exc, DeadlinePassed):
+        from django.conf import settings
+
+        reason = (f"the database is unavailable (no answer within {settings.EXTPROXY_DB_STATEMENT_DEADLINE:g} s, "
+                  "EXTPROXY_DB_STATEMENT_DEADLINE)")
+    else:
+        reason = f"the database is unavailable ({type(exc).__name__})"
     sentence = reason[0].upper() + reason[1:]
     said = ("Calls from kube-scheduler are still served; they wait in the spool and are recorded "
             f"when the database is back{_waiting()}.")

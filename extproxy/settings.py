@@ -173,8 +173,14 @@ def _pool_options() -> dict:
     # 5 minutes by default, so its next try can come as long after the database is back as the
     # outage has lasted: after a 10 s outage the pages still answered 503. Retrying no longer
     # than a request waits, it gives up, and the next request starts a new try at once.
-    return {"pool": {"min_size": 1, "max_size": envint("EXTPROXY_DB_POOL_SIZE", 20), "timeout": timeout,
-                     "reconnect_timeout": timeout}}
+    options: dict = {"pool": {"min_size": 1, "max_size": envint("EXTPROXY_DB_POOL_SIZE", 20), "timeout": timeout,
+                              "reconnect_timeout": timeout}}
+    # The server's half of the serving process's statement bound (extproxy/statement_bound.py):
+    # a wait on a lock is ended by the server at the deadline. A bad value is refused below.
+    deadline = envfloat("EXTPROXY_DB_STATEMENT_DEADLINE", 60.0)
+    if 0 < deadline < 1e6:
+        options["options"] = f"-c statement_timeout={max(1, round(deadline * 1000))}"
+    return options
 
 
 # The secret key, the export signing key, the spool, and SQLite's database (token keys): for
