@@ -105,7 +105,7 @@ class Combined:
 
     async def filter(self, body: bytes) -> Handled:
         args = protocol.split_extender_args(body)
-        self.pods.remember(args.pod)
+        self.pods.remember(args.pod, args.pod_identity[2])
         backends = semantics.interested(self.configs, args.pod, Verb.FILTER)
         children: list[Trace] = []
         if self.parallel_filter:
@@ -123,7 +123,7 @@ class Combined:
             result = chain.result()
         if result.error:
             return Reply(200, protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error)), children
-        self.bindable.allow(*_uid_ns_name(args.pod), result.passed)
+        self.bindable.allow(*_uid_ns_name(args), result.passed)
         if result.items is not None and (
             not args.names_mode or result.names_backend_objects or _unsent(result.passed, args.node_names)
         ):
@@ -152,9 +152,9 @@ class Combined:
 
     async def prioritize(self, body: bytes) -> Handled:
         args = protocol.split_extender_args(body)
-        self.pods.remember(args.pod)
+        self.pods.remember(args.pod, args.pod_identity[2])
         feasible = args.node_names
-        self.bindable.allow(*_uid_ns_name(args.pod), feasible)
+        self.bindable.allow(*_uid_ns_name(args), feasible)
         backends = semantics.interested(self.configs, args.pod, Verb.PRIORITIZE)
         requests = [self.args_for(c, args, feasible, args.items, body) for c in backends]
         exchanges = await asyncio.gather(*(self.exchange(c, Verb.PRIORITIZE, r) for c, r in zip(backends, requests)))
@@ -265,6 +265,8 @@ def _unsent(passed: list[str], sent: list[str]) -> bool:
     return any(name not in known for name in passed)
 
 
-def _uid_ns_name(pod: dict) -> tuple[str, str, str]:
-    namespace, name, uid = protocol.pod_identity(pod)
+def _uid_ns_name(args: protocol.RawArgs) -> tuple[str, str, str]:
+    # read from the request's bytes by Go's key rules (protocol/identity.py): a key spelled
+    # otherwise (Metadata, NAME) names the pod for the scheduler, and so for its bind
+    namespace, name, uid = args.pod_identity
     return uid, namespace, name
