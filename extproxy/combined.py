@@ -79,7 +79,7 @@ class Combined:
         if items is not None:
             if same_list and items == args.items:
                 return body  # the scheduler's own objects, unchanged: its bytes as they came
-            return protocol.join_extender_args(args.pod_raw, items=items)
+            return protocol.join_extender_args(args.pod_raw, items=_as_scheduler_hands_on(items, args.items))
         found, missing = self.node_cache().get_many(names)
         if missing:
             return f"no Node object for {len(missing)} node(s) (e.g. {missing[0]}) in the node cache"
@@ -257,6 +257,15 @@ class Combined:
                 return f"no full Pod for victim {missing[0]} (register the proxy with nodeCacheCapable: false)"
             full[node] = protocol.Victims([pods_by_uid[uid] for uid in mv.pods], mv.num_pdb_violations)
         return protocol.encode_preemption_args(protocol.PreemptionArgs(pod, full, None))
+
+
+def _as_scheduler_hands_on(items: list[bytes], sent: list[bytes] | None) -> list[bytes]:
+    """The Node objects for the next backend: the scheduler's own as they came; one an earlier
+    backend returned with a key given twice (or one object made of a Node given twice), merged
+    as the scheduler would have decoded it before handing it on (protocol.forwardable), so a
+    backend that keeps a key's last occurrence reads what a Go backend reads."""
+    own = {id(item) for item in sent or ()}
+    return [item if id(item) in own else protocol.forwardable(item) for item in items]
 
 
 def _unsent(passed: list[str], sent: list[str]) -> bool:

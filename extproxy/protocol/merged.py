@@ -108,3 +108,11 @@ def decoded_into(old: Any, new: Any) -> Any:
     if isinstance(old, list) and isinstance(new, list):
         return [decoded_into(old[i], value) if i < len(old) else value for i, value in enumerate(new)]
     return new
+
+
+def forwardable(raw: bytes) -> bytes:
+    """An object to hand on as the scheduler would hand it on: ``raw`` itself when no key in it
+    is given twice (its bytes as they came); else the value Go's decoding leaves, written
+    compactly, which a reader that keeps a key's last occurrence (a Python backend) reads as Go
+    reads ``raw`` (kube-scheduler decodes a reply, then encodes what it holds for the next one)."""
+    return _encoder.encode(go_object(raw)) if has_repeated_key(raw) else raw
