@@ -226,6 +226,13 @@ class Combined:
             for node, victims in (args.node_to_victims or {}).items():
                 if victims is None:
                     continue
+                if any(pod is None for pod in victims.pods):
+                    # The scheduler's victims are pods of its own cache: it never sends a null one,
+                    # and converting it to a MetaPod (convertToMetaVictims, pkg/scheduler/extender.go)
+                    # would dereference it. Not a request to stand in for: refused, no backend called.
+                    raise protocol.ProtocolError(
+                        f"NodeNameToVictims[{node!r}].Pods holds a null victim, which kube-scheduler never sends "
+                        "(convertToMetaVictims would dereference it)")
                 uids = [protocol.pod_identity(p)[2] for p in victims.pods]
                 pods_by_uid.update(zip(uids, victims.pods))
                 start[node] = protocol.MetaVictims(uids, victims.num_pdb_violations)

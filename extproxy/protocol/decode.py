@@ -303,7 +303,8 @@ def _meta_victims(raw: _Buf, where: str, field: str) -> MetaVictims | None:
                 pods.decode(_raw_list_decoder.decode(val), lambda old, item: _meta_pod_into(old, item, field))
         else:
             n = _int64(val, f"MetaVictims.{field}.NumPDBViolations", n)
-    return MetaVictims([uid or "" for uid in pods.value() or ()], n)
+    uids = pods.value() or []
+    return MetaVictims([uid or "" for uid in uids], n, nil_pods=sum(uid is None for uid in uids))
 
 
 def _meta_pod_into(uid: str | None, item: _Buf, field: str) -> str | None:
