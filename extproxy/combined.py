@@ -79,7 +79,7 @@ class Combined:
         if items is not None:
             if same_list and items == args.items:
                 return body  # the scheduler's own objects, unchanged: its bytes as they came
-            return protocol.join_extender_args(args.pod_raw, items=items)
+            return protocol.join_extender_args(args.pod_raw, items=_as_scheduler_hands_on(items, args.items))
         found, missing = self.node_cache().get_many(names)
         if missing:
             return f"no Node object for {len(missing)} node(s) (e.g. {missing[0]}) in the node cache"
@@ -105,7 +105,7 @@ class Combined:
 
     async def filter(self, body: bytes) -> Handled:
         args = protocol.split_extender_args(body)
-        self.pods.remember(args.pod)
+        self.pods.remember(args.pod, args.pod_identity[2])
         backends = semantics.interested(self.configs, args.pod, Verb.FILTER)
         children: list[Trace] = []
         if self.parallel_filter:
@@ -123,7 +123,7 @@ class Combined:
             result = chain.result()
         if result.error:
             return Reply(200, protocol.join_filter_result(None, None, {}, {}, result.reply_error or result.error)), children
-        self.bindable.allow(*_uid_ns_name(args.pod), result.passed)
+        self.bindable.allow(*_uid_ns_name(args), result.passed)
         if result.items is not None and (
             not args.names_mode or result.names_backend_objects or _unsent(result.passed, args.node_names)
         ):
@@ -152,9 +152,9 @@ class Combined:
 
     async def prioritize(self, body: bytes) -> Handled:
         args = protocol.split_extender_args(body)
-        self.pods.remember(args.pod)
+        self.pods.remember(args.pod, args.pod_identity[2])
         feasible = args.node_names
-        self.bindable.allow(*_uid_ns_name(args.pod), feasible)
+        self.bindable.allow(*_uid_ns_name(args), feasible)
         backends = semantics.interested(self.configs, args.pod, Verb.PRIORITIZE)
         requests = [self.args_for(c, args, feasible, args.items, body) for c in backends]
         exchanges = await asyncio.gather(*(self.exchange(c, Verb.PRIORITIZE, r) for c, r in zip(backends, requests)))
@@ -226,6 +226,13 @@ class Combined:
             for node, victims in (args.node_to_victims or {}).items():
                 if victims is None:
                     continue
+                if any(pod is None for pod in victims.pods):
+                    # The scheduler's victims are pods of its own cache: it never sends a null one,
+                    # and converting it to a MetaPod (convertToMetaVictims, pkg/scheduler/extender.go)
+                    # would dereference it. Not a request to stand in for: refused, no backend called.
+                    raise protocol.ProtocolError(
+                        f"NodeNameToVictims[{node!r}].Pods holds a null victim, which kube-scheduler never sends "
+                        "(convertToMetaVictims would dereference it)")
                 uids = [protocol.pod_identity(p)[2] for p in victims.pods]
                 pods_by_uid.update(zip(uids, victims.pods))
                 start[node] = protocol.MetaVictims(uids, victims.num_pdb_violations)
@@ -259,12 +266,23 @@ class Combined:
         return protocol.encode_preemption_args(protocol.PreemptionArgs(pod, full, None))
 
 
+def _as_scheduler_hands_on(items: list[bytes], sent: list[bytes] | None) -> list[bytes]:
+    """The Node objects for the next backend: the scheduler's own as they came; one an earlier
+    backend returned with a key given twice (or one object made of a Node given twice), merged
+    as the scheduler would have decoded it before handing it on (protocol.forwardable), so a
+    backend that keeps a key's last occurrence reads what a Go backend reads."""
+    own = {id(item) for item in sent or ()}
+    return [item if id(item) in own else protocol.forwardable(item) for item in items]
+
+
 def _unsent(passed: list[str], sent: list[str]) -> bool:
     """Whether ``passed`` names a node the scheduler did not send."""
     known = set(sent)
     return any(name not in known for name in passed)
 
 
-def _uid_ns_name(pod: dict) -> tuple[str, str, str]:
-    namespace, name, uid = protocol.pod_identity(pod)
+def _uid_ns_name(args: protocol.RawArgs) -> tuple[str, str, str]:
+    # read from the request's bytes by Go's key rules (protocol/identity.py): a key spelled
+    # otherwise (Metadata, NAME) names the pod for the scheduler, and so for its bind
+    namespace, name, uid = args.pod_identity
     return uid, namespace, name

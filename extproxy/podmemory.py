@@ -20,8 +20,10 @@ class PodMemory:
         self._size = size
         self._lock = threading.Lock()
 
-    def remember(self, pod: dict) -> None:
-        uid = pod_identity(pod)[2]
+    def remember(self, pod: dict, uid: str | None = None) -> None:
+        """``uid``: the pod's as the scheduler reads it from the bytes (protocol.identity_of),
+        when the caller has it; else the dict's."""
+        uid = pod_identity(pod)[2] if uid is None else uid
         if not uid:
             return
         with self._lock:

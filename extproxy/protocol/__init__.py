@@ -11,6 +11,7 @@ goes in ``extproxy.semantics``.
 * ``envelope``: a message's top level: its values read once per owner, its keys as sent;
 * ``decode``: one exact decoder per message;
 * ``encode``: one encoder per message, byte-compatible with Go's json.Marshal;
+* ``merged``: a key given twice inside a Pod or Node, merged as Go decodes it;
 * ``raw``: the hot path's split of ExtenderArgs into parts kept as bytes, and the joins back.
 
 May import: the standard library and msgspec; nothing else of extproxy. The public names are
@@ -45,6 +46,7 @@ from .encode import (
 )
 from .envelope import LastObject, envelope_keys, object_keys, raw_object
 from .gojson import ProtocolError, go_key
+from .merged import forwardable
 from .objects import NodeListParts, RecentBytes, identity_of, node_name_of
 from .raw import RawArgs, join_extender_args, join_filter_result, pod_identity, split_extender_args
 from .types import (
@@ -105,6 +107,7 @@ __all__ = [
     "JSON",
     "TEXT",
     "pod_identity",
+    "forwardable",
     "envelope_keys",
     "go_key",
     "object_keys",

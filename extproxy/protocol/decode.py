@@ -38,8 +38,9 @@ from .gojson import (
     _type_error,
 )
 from .gostrings import as_go_reads
+from .merged import decoded_into, go_object
 from .objects import Known, NodeListParts, RecentBytes, _node_list, identity_of
-from .repeats import GoSlice, strings_into
+from .repeats import GoSlice, object_into, strings_into
 from .types import (
     BindingArgs,
     BindingResult,
@@ -85,7 +86,8 @@ class ArgsParts:
 @as_go_reads
 def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes | None = None,
                        last: LastObject | None = None) -> ArgsParts:
-    """The one reader of ExtenderArgs: every occurrence of a key is checked, the last one wins.
+    """The one reader of ExtenderArgs: every occurrence of a key is checked and decoded into
+    what the earlier ones filled, as Go decodes it (a Pod's fields merge; repeats.py).
 
     ``keep_items=False``: the Nodes' names only (``nodes.items`` is None), with the same checks;
     with ``recent``, a Nodes list read before is not read again (objects.RecentBytes); with
@@ -102,7 +104,9 @@ def read_extender_args(body: bytes, keep_items: bool = True, recent: RecentBytes
             k = _jkind(val)
             if k not in ("object", "null"):
                 raise _type_error(k, "ExtenderArgs.Pod", "v1.Pod")
-            pod_raw = bytes(_trim(val))
+            # Pod is a *v1.Pod: given again, it is decoded into the Pod it points to (the two
+            # objects' pairs, in turn: repeats.object_into); null sets it to nil
+            pod_raw = object_into(pod_raw, bytes(_trim(val))) if k == "object" else b"null"
             # read here, not after the loop: Go names the first type error in document order
             pod_identity = identity_of(pod_raw, "Pod", "Pod")
         elif name == "Nodes":
@@ -124,9 +128,9 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     parts = read_extender_args(body)
     nodes = meta = None
     if parts.nodes is not None:
-        nodes = [_any_decoder.decode(item) or {} for item in parts.nodes.items or ()]
+        nodes = [go_object(item) or {} for item in parts.nodes.items or ()]
         meta = parts.nodes.metadata
-    pod = _any_decoder.decode(parts.pod_raw) or {}
+    pod = go_object(parts.pod_raw) or {}
     return ExtenderArgs(pod=pod, nodes=nodes, node_names=parts.node_names, nodes_metadata=meta)
 
 
@@ -168,7 +172,7 @@ def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool
         if names_only:
             item_names = node_list.names
         else:
-            nodes = [_any_decoder.decode(item) or {} for item in items or ()]
+            nodes = [go_object(item) or {} for item in items or ()]  # repeated keys merged, as Go reads them
     return FilterResult(
         nodes=nodes,
         node_names=names,
@@ -299,7 +303,8 @@ def _meta_victims(raw: _Buf, where: str, field: str) -> MetaVictims | None:
                 pods.decode(_raw_list_decoder.decode(val), lambda old, item: _meta_pod_into(old, item, field))
         else:
             n = _int64(val, f"MetaVictims.{field}.NumPDBViolations", n)
-    return MetaVictims([uid or "" for uid in pods.value() or ()], n)
+    uids = pods.value() or []
+    return MetaVictims([uid or "" for uid in uids], n, nil_pods=sum(uid is None for uid in uids))
 
 
 def _meta_pod_into(uid: str | None, item: _Buf, field: str) -> str | None:
@@ -321,12 +326,24 @@ def decode_preemption_args(body: bytes) -> PreemptionArgs:
     metas: dict | None = None
     for name, val in _top(body, "v1.ExtenderPreemptionArgs", _F_PREEMPT_ARGS):
         if name == "Pod":
-            pod = _object(val, "ExtenderPreemptionArgs.Pod", "v1.Pod")
+            pod = _pod(val, "ExtenderPreemptionArgs.Pod", pod)
         elif name == "NodeNameToVictims":
             victims = _victims_map(val, "ExtenderPreemptionArgs.NodeNameToVictims", victims, False)
         else:
             metas = _victims_map(val, "ExtenderPreemptionArgs.NodeNameToMetaVictims", metas, True)
     return PreemptionArgs(pod=pod or {}, node_to_victims=victims, node_to_meta_victims=metas)
+
+
+def _pod(raw: _Buf, where: str, before: dict | None) -> dict | None:
+    """A Pod field's next occurrence (a *v1.Pod) decoded into the Pod before: the fields merge,
+    null sets the pointer to nil; each key given twice inside it merged too (merged.py)."""
+    k = _jkind(raw)
+    if k == "null":
+        return None
+    if k != "object":
+        raise _type_error(k, where, "v1.Pod")
+    pod = go_object(_trim(raw))
+    return decoded_into(before, pod) if before is not None else pod
 
 
 @as_go_reads

@@ -10,7 +10,7 @@ May import: the standard library only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import EnumType, StrEnum
 
 MIN_EXTENDER_PRIORITY = 0
@@ -118,10 +118,12 @@ class Victims:
 
 @dataclass
 class MetaVictims:
-    """MetaVictims: the victims' UIDs (a null MetaPod decodes to ``""``)."""
+    """MetaVictims: the victims' UIDs (a null MetaPod decodes to ``""``, and is counted in
+    ``nil_pods``: kube-scheduler cannot read a nil *MetaPod, see semantics.judge_preempt)."""
 
     pods: list[str]
     num_pdb_violations: int
+    nil_pods: int = field(default=0, compare=False)
 
 
 @dataclass

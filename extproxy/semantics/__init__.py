@@ -6,6 +6,7 @@ scheduler rule goes here; how bytes become messages is ``extproxy.protocol``; ca
 
 * ``decision``: Outcome, Result and Decision, the words of a verdict;
 * ``judge``: how the scheduler reads ONE backend's reply to one verb;
+* ``nil_victims``: a preempt reply's null victims, which panic the scheduler;
 * ``errors``: the error texts the proxy answers so the scheduler ends with the same error;
 * ``urls``: a URL with its password replaced, as errors and records show one;
 * ``interest``: which backends the scheduler calls, in which order;

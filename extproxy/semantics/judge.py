@@ -32,6 +32,7 @@ from extproxy.protocol import (
 )
 
 from .decision import Decision, Outcome, Result
+from .nil_victims import nil_victims
 
 if TYPE_CHECKING:  # annotations only: semantics needs no config loading at run time
     from extproxy.config import BackendConfig
@@ -324,6 +325,10 @@ def judge_preempt(backend: BackendConfig, input_victims: dict[str, list[str]], s
                     "decodes to an empty map (no preemption)",
                 )
             )
+    nil = nil_victims(reply)
+    if nil:
+        findings.extend(nil)
+        return _fail(f"extproxy: {nil[0]['detail']}", findings)
     error = ""
     # Pass 1, like ProcessPreemption: each UID must be a pod the scheduler knows on that node.
     for node, mv in reply.items():

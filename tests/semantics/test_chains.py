@@ -507,8 +507,21 @@ def test_a_non_ignorable_preempt_failure_ends_in_error(status, body, error):
 
 
 def test_an_ignorable_preempt_backend_drops_nodes_without_victims():
-    res, _ = run_preempt([(be("a", ignorable=True), 200, preply({"n1": mv(), "n2": mv("u3"), "n3": None}))])
+    res, _ = run_preempt([(be("a", ignorable=True), 200, preply({"n1": mv(), "n2": mv("u3")}))])
     assert res.victims == {"n2": mv("u3")} and res.error == ""
+
+
+@pytest.mark.parametrize("ignorable", [True, False])
+def test_a_null_victim_fails_the_call_instead_of_reaching_the_scheduler(ignorable):
+    """A nil *MetaVictims (or *MetaPod) panics kube-scheduler in convertToVictims (extender.go),
+    before callExtenders could drop the node: the proxy, in its place, fails that backend's call
+    (an ignorable one is skipped, the map unchanged) and never answers a null victim."""
+    res, called = run_preempt([(be("a", ignorable=ignorable), 200, preply({"n2": mv("u3"), "n3": None})),
+                               (be("b"), 200, preply({"n1": mv("u1")}))])
+    if ignorable:
+        assert res.victims == {"n1": mv("u1")} and res.error == "" and len(called) == 2
+    else:
+        assert "nil *MetaVictims" in res.error and res.victims == {} and len(called) == 1
 
 
 def test_an_ignorable_preempt_backend_left_with_nothing_ends_the_chain():

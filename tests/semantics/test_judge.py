@@ -322,8 +322,13 @@ def _pre(m) -> bytes:
          ["empty-victims"]),
         (_pre({"node-02": {"Pods": None}}), "error", 'expected at least one victim pod on node "node-02"',
          ["empty-victims"]),
-        (_pre({"node-02": None}), "error", 'expected at least one victim pod on node "node-02"',
-         ["empty-victims"]),
+        # a nil *MetaVictims or *MetaPod: convertToVictims dereferences it, the scheduler panics
+        (_pre({"node-02": None}), "error",
+         "extproxy: victims of node 'node-02' are null (a nil *MetaVictims): kube-scheduler dereferences it "
+         "in convertToVictims (pkg/scheduler/extender.go) and panics", ["nil-victim"]),
+        (_pre({"node-02": {"Pods": [{"UID": INPUT["node-02"][0]}, None]}}), "error",
+         "extproxy: victims of node 'node-02' are a Pods list holding 1 null(s) (nil *MetaPod): kube-scheduler "
+         "dereferences it in convertToVictims (pkg/scheduler/extender.go) and panics", ["nil-victim"]),
         (_pre({}), "ok", "", []),
         (_pre(None), "ok", "", []),
         (json.dumps({"NodeNameToVictims": {"node-02": {"Pods": [{}]}}}).encode(), "ok", "",

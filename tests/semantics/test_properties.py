@@ -323,6 +323,8 @@ def emulate_preempt(bs: list[PBehaviour], pod_res, start: dict[str, list[str]]):
             for n, pods in reply.items():
                 if any(n not in start or u not in start[n] for u in pods or []):
                     ok = False
+                if pods is None:  # a nil *MetaVictims: convertToVictims panics; the proxy fails the call
+                    ok = False
         if not ok:
             if b.ignorable:
                 continue
