@@ -41,6 +41,7 @@ from ..redaction import bounded_text
 from . import diff as diffs
 from .cancel import Cancelled, check_cancelled
 from .modes import in_mode
+from .paging import in_pages
 from .targets import CaptureRecorder, TargetError, base_backend, replacing
 
 log = logging.getLogger(__name__)
@@ -362,7 +363,7 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
     interval = 1.0 / run.rate if run.rate and run.rate > 0 else 0.0
     next_at = time.monotonic()
     try:
-        for call in queryset[:MAX_CALLS_PER_RUN].iterator(chunk_size=100):
+        for call in in_pages(queryset, MAX_CALLS_PER_RUN):
             if interval:
                 delay = next_at - time.monotonic()
                 if delay > PROGRESS_EVERY:  # a slow rate: what is done shows while the run waits
