@@ -364,7 +364,7 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
     next_at = time.monotonic()
     try:
         for call in in_pages(queryset, MAX_CALLS_PER_RUN):
-            if interval:
+            if interval and (call.verb != "bind" or run.allow_bind):  # a bind not replayed sends nothing: no turn
                 delay = next_at - time.monotonic()
                 if delay > PROGRESS_EVERY:  # a slow rate: what is done shows while the run waits
                     progress.save(force=True)
