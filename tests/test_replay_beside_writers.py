@@ -13,7 +13,7 @@ from django.db import connection
 from extproxy.models import Call, ReplayRun
 from tests.conftest import fixture_bytes, pass_all
 from tests.test_per_backend import config_for, post
-from tests.test_replay import NAMES
+from tests.test_replay import NAMES, PRIORITIZE
 from tests.test_replay_command import replay
 
 CALLS = 105  # more than one read chunk of the selection (100)
@@ -51,3 +51,33 @@ def test_a_run_of_many_calls_completes_while_another_connection_writes(backend_s
     run = ReplayRun.objects.get()
     assert (run.status, run.done, run.errors) == ("done", CALLS, 0), run.error
     assert Call.objects.filter(is_replay=True).count() == CALLS
+
+
+def test_calls_recorded_while_a_run_goes_on_are_not_added_to_it(backend_server, proxy, write_config):
+    """The run is the selection as it stood when it started (its `total`): a call recorded
+    meanwhile, past the page being read, is not replayed in it (with a selection open at the
+    end, a run under steady traffic would otherwise never reach its end)."""
+    backend = backend_server({"filter": pass_all, "prioritize": pass_all})
+    path = write_config(config_for(backend.url, nodeCacheCapable=True))
+    server = proxy(path)
+    for _ in range(CALLS):
+        post(server, "/extender/gpu/filter", fixture_bytes(NAMES))
+    server.flush()
+    recorded_meanwhile = []
+
+    def recording_another_call(handler, body: bytes) -> None:
+        if not recorded_meanwhile:  # during the first page: a new call reaches the database
+            post(server, "/extender/gpu/prioritize", fixture_bytes(PRIORITIZE))
+            server.flush()
+            recorded_meanwhile.append(Call.objects.filter(verb="prioritize").values_list("pk", flat=True).first())
+            connection.close()
+        pass_all(handler, body)
+
+    backend.httpd.behaviours["filter"] = recording_another_call
+
+    code, out, err = replay("--config", path, "--rate", "0")
+
+    assert recorded_meanwhile[0] is not None
+    run = ReplayRun.objects.get()
+    assert (run.status, run.total, run.done) == ("done", CALLS, CALLS), out + err
+    assert not Call.objects.filter(is_replay=True, replay_of_id=recorded_meanwhile[0]).exists()
