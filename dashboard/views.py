@@ -42,6 +42,7 @@ def live(request):
         "backends": [b.name for b in _backends()] + ["combined"],
         "filters": {k: request.GET.get(k, "") for k in FEED_FILTERS},
         "view": "calls" if request.GET.get("view") == "calls" else "attempts",
+        "can_export": request.user.has_perm(Perm.EXPORT_CALLS),  # the export form under the filters
     }
     return render(request, "dashboard/live.html", context)
 

@@ -112,9 +112,6 @@ def test_an_old_combined_error_naming_no_url_is_the_same_error_as_the_one_record
     now = "failed preempt with extender at URL /extender/preempt, code 502"
     assert diff(side([], verb="preempt", outcome="error", error=old, backend="combined"),
                 side([], verb="preempt", outcome="error", error=now, backend="combined")).kinds == {}
-    # A per-backend call's URL is its backend's: nothing is read into it.
-    assert diff(side([], verb="preempt", outcome="error", error=old, backend="gpu"),
-                side([], verb="preempt", outcome="error", error=now, backend="gpu")).kinds == {"error": 1}
     # Another status is still a change.
     assert diff(side([], verb="preempt", outcome="error", error=old, backend="combined"),
                 side([], verb="preempt", outcome="error", error=now.replace("502", "500"), backend="combined")).kinds == {"error": 1}

@@ -11,12 +11,14 @@ scheduler's on both sides. Compared per (backend, node):
 * `winner`: the best-scored node(s) of the call itself (prioritize: what the extenders add
   for the scheduler's choice), before and after;
 * `outcome` (ok, error, timeout; e.g. `outcome:ok->timeout`; then nothing else is compared, as
-  the scheduler drops a failed reply whole) and `error` text changes.
+  the scheduler drops a failed reply whole) and `error` text changes (but for the URL the
+  text names as the one posted to: a replay against another build posts to another URL).
 
 Pure: no Django, no I/O. The per-node list is bounded (MAX_NODE_CHANGES); counts are not.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -25,6 +27,10 @@ MAX_NODE_CHANGES = 500
 VICTIMS = "victims: "  # how a preempt decision's reason begins (semantics/judge.py victims_reason)
 MAX_MARKS = 20  # redaction marks kept with a replayed item; the rest counted
 MAX_MARK_TEXT = 200  # characters of each
+# Where an error text names the URL it was posted to (semantics/judge.py for a non-200 answer,
+# semantics/errors.py for no answer): the target's URL by design in a replay against another
+# build, so not compared.
+POSTED_TO = re.compile(r'(?<=with extender at URL )\S+(?=, code \d)|(?<=Post ")[^"]*(?=": )')
 
 
 def kept_marks(marks: list[str]) -> list[str]:
@@ -107,19 +113,6 @@ def winners(decisions: Iterable[dict], backend: str) -> list[str]:
     return sorted(node for node, score in scores.items() if score == best)
 
 
-# Combined calls recorded before their error text named the path the scheduler posted to said
-# "with extender at URL combined/<verb>"; the same answer is now recorded with "/extender/<verb>".
-_OLD_COMBINED_URL, _COMBINED_URL = " with extender at URL combined/", " with extender at URL /extender/"
-
-
-def _as_recorded_now(side: Side) -> str:
-    """A side's error as extproxy records it today, so that a replay of an old record, answered
-    the same, is not an `error` change."""
-    if side.backend == "combined" and _OLD_COMBINED_URL in side.error:
-        return side.error.replace(_OLD_COMBINED_URL, _COMBINED_URL, 1)
-    return side.error
-
-
 def diff(before: Side, after: Side) -> Diff:
     result = Diff()
     if before.outcome != after.outcome:
@@ -128,7 +121,7 @@ def diff(before: Side, after: Side) -> Diff:
         result.outcome = {"before": before.outcome, "after": after.outcome}
         result.kinds[f"outcome:{before.outcome}->{after.outcome}"] += 1
         return result
-    if _as_recorded_now(before) != after.error:
+    if POSTED_TO.sub("<url>", before.error) != POSTED_TO.sub("<url>", after.error):
         result.error = {"before": before.error, "after": after.error}
         result.kinds["error"] += 1
     old, new = _by_key(before.decisions), _by_key(after.decisions)

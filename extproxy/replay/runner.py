@@ -41,6 +41,7 @@ from ..redaction import bounded_text
 from . import diff as diffs
 from .cancel import Cancelled, check_cancelled
 from .modes import in_mode
+from .paging import in_pages
 from .targets import CaptureRecorder, TargetError, base_backend, replacing
 
 log = logging.getLogger(__name__)
@@ -362,8 +363,8 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
     interval = 1.0 / run.rate if run.rate and run.rate > 0 else 0.0
     next_at = time.monotonic()
     try:
-        for call in queryset[:MAX_CALLS_PER_RUN].iterator(chunk_size=100):
-            if interval:
+        for call in in_pages(queryset, MAX_CALLS_PER_RUN):
+            if interval and (call.verb != "bind" or run.allow_bind):  # a bind not replayed sends nothing: no turn
                 delay = next_at - time.monotonic()
                 if delay > PROGRESS_EVERY:  # a slow rate: what is done shows while the run waits
                     progress.save(force=True)

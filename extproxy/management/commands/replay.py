@@ -263,8 +263,13 @@ class Command(BaseCommand):
             self.stdout.write(f"changed: call {call['call']} ({call['verb']} {call['backend']}): {kinds}")
             if call["note"]:
                 self.stdout.write(f"  {call['note']}")
+        # The lists are bounded: say so, or a reader takes the first SHOW_CHANGED for them all.
+        if summary.changed > len(summary.changed_calls):
+            self.stdout.write(f"... and {summary.changed - len(summary.changed_calls)} more changed calls, not listed")
         for call in summary.error_calls:
             self.stdout.write(f"error: call {call['call']}: {call['error']}")
+        if summary.errors > len(summary.error_calls):
+            self.stdout.write(f"... and {summary.errors - len(summary.error_calls)} more calls in error, not listed")
 
 
 class ProgressBar:
