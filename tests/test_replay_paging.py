@@ -66,3 +66,33 @@ def test_the_progress_poll_reads_the_run_and_none_of_its_calls():
     finished = pages.get(f"/replays/{run.pk}/", **poll)
     assert finished["HX-Refresh"] == "true" and 'class="run-status">done<' in finished.content.decode()
     assert 'class="error">e0<' in pages.get(f"/replays/{run.pk}/").content.decode()  # the whole page still lists them
+
+
+def test_the_api_pages_through_a_runs_calls_with_their_count_and_the_next_offset():
+    """A script paged until a page came back short, with no count and no next offset; and a
+    negative offset was read as 0 where any other bad offset is a 400."""
+    from django.contrib.auth.models import Group, User
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    run = ReplayRun.objects.create(selector={"filters": {}}, target={"kind": "configured"}, status="done",
+                                   total=450, done=450, changed=150, counts={"passed->failed": 150})
+    ReplayItem.objects.bulk_create([
+        ReplayItem(run=run, changed=i % 3 == 0, kinds=["passed->failed"] if i % 3 == 0 else [], error=f"e{i}")
+        for i in range(450)
+    ])
+    user = User.objects.create_user("dev", password="pw")
+    user.groups.add(Group.objects.get(name="developer"))
+    api = APIClient(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=user).key)
+
+    seen, offset = [], 0
+    while offset is not None:
+        page = api.get(f"/api/replays/{run.pk}/?offset={offset}").json()
+        assert page["items_total"] == 450
+        seen += [item["error"] for item in page["items"]]
+        offset = page["items_next"]
+    assert seen == [f"e{i}" for i in range(450)]
+    changed = api.get(f"/api/replays/{run.pk}/?changed=1&offset=100").json()
+    assert (changed["items_total"], changed["items_next"], len(changed["items"])) == (150, None, 50)
+    response = api.get(f"/api/replays/{run.pk}/?offset=-1")
+    assert response.status_code == 400 and "offset" in response.json(), response.content

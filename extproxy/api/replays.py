@@ -8,7 +8,8 @@ developer role): a replay sends recorded requests to backends and any URL given.
                             are not recorded calls a 404 naming them ("missing", at most 20),
                             unless "allow_missing": true (the others run; the answer names them)
     GET  /api/replays/      runs, newest first
-    GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=)
+    GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=; a page
+                            of 200, with items_total and items_next, the next page's offset or null)
     GET  /api/replays/<id>/items/<item>/   one item with its whole diff
     POST /api/replays/<id>/cancel/   stop a queued or running run (between calls; audited);
                             409 when it has ended. GET: whether it can still be cancelled.
@@ -250,13 +251,18 @@ def replay_detail(request, pk: int):
     if flag(request.query_params, "changed"):
         items = items.filter(changed=True)
     try:
-        offset = max(0, int(request.query_params.get("offset") or 0))
+        offset = int(request.query_params.get("offset") or 0)
     except ValueError:
         raise ValidationError({"offset": "a number"}) from None
+    if offset < 0:  # was read as 0, where any other bad offset is refused
+        raise ValidationError({"offset": "0 or more"})
     if offset > MAX_ID:  # the database's OFFSET is 64 bits (SQLite: "datatype mismatch" past it)
         raise ValidationError({"offset": f"at most {MAX_ID}"})
     page = [item_to_json(i) for i in items[offset : offset + ITEMS_PAGE]]
-    return Response(dict(run_to_json(run), items=page, items_offset=offset, items_page=ITEMS_PAGE))
+    total = items.count()  # of this selection (changed only, or all): a script needs no short page to stop
+    following = offset + ITEMS_PAGE if offset + ITEMS_PAGE < total else None
+    return Response(dict(run_to_json(run), items=page, items_offset=offset, items_page=ITEMS_PAGE,
+                         items_total=total, items_next=following))
 
 
 @extend_schema(methods=["GET"], responses={200: dict}, operation_id="replay_cancel_retrieve")
