@@ -82,6 +82,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "extproxy.probes.probe_paths_middleware",  # before anything that reads the Host (probes, scrapes)
     "extproxy.untrusted_https.untrusted_https_proxy_middleware",  # before the https redirect it explains
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
