@@ -357,6 +357,8 @@ if os.environ.get("EXTPROXY_REDIS_URL"):
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": os.environ["EXTPROXY_REDIS_URL"],
             "KEY_PREFIX": os.environ.get("EXTPROXY_CACHE_PREFIX", "extproxy"),
+            # A hung Redis holds a log-in for at most this long (throttle_store then counts locally).
+            "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 1.0},
         }
     }
 
