@@ -18,23 +18,31 @@ calls this connection never got (a publish lost while Redis was away, a message 
 dropped at its capacity): the buffer is dropped and a `reset` sent, as at the bound.
 
 Unauthenticated connections are closed with code 4401, users without a role with 4403; an
-open socket is closed the same way when its user loses access (live_access).
+open socket is closed the same way when its user loses access (live_access). A connection that
+cannot join the group (Redis away) is closed with 4503; the browser retries.
 This module must not query the call records: the recorder's summaries are the payload.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from extproxy.ratelog import RateLimitedLog
 from extproxy.recording import LIVE_GROUP
 from extproxy.roles import Perm
 
 from .live_access import user_group
 
+# A handshake waited on a hung Redis until the ASGI server gave up (a 500 after ~15 s); this
+# closes it sooner, with CLOSE_STREAM_AWAY, which the page shows (live.js keeps the recorded calls).
+JOIN_TIMEOUT = 5.0
+CLOSE_STREAM_AWAY = 4503
+log = RateLimitedLog(logging.getLogger("extproxy.live"), interval=60.0)
 FLUSH_INTERVAL = getattr(settings, "EXTPROXY_LIVE_FLUSH_MS", 100) / 1000
 MAX_ORIGINS = 256  # publishing processes remembered per connection (replicas come and go)
 
@@ -58,8 +66,28 @@ def gap(seen: OrderedDict, event: dict) -> bool:
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     required_permission = Perm.VIEW_CALLS
+    handshake_done = False
+
+    async def __call__(self, scope, receive, send):
+        """The layer's channel is made (a Redis subscription) before connect() runs: when Redis
+        refuses or does not answer, the handshake ended in a 500; it is closed with
+        CLOSE_STREAM_AWAY instead, which the page explains."""
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            if self.handshake_done:
+                raise
+            await self.stream_away(exc, receive, send)
+
+    async def stream_away(self, exc: BaseException, receive, send) -> None:
+        log.emit(logging.WARNING, "live-join", "live stream unavailable: the channel layer did not "
+                 "answer (%s: %s); browsers show the recorded calls", type(exc).__name__, exc)
+        if (await receive())["type"] == "websocket.connect":
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.close", "code": CLOSE_STREAM_AWAY})
 
     async def connect(self):
+        self.handshake_done = True
         self.buffer: list[dict] = []
         self.overflowed = False
         self.sequences: OrderedDict[str, int] = OrderedDict()
@@ -73,14 +101,23 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not await database_sync_to_async(user.has_perm)(self.required_permission):
             await self.refuse(4403)
             return
-        await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)
         # its user's own group: told when the user may have lost access (live_access)
         self.user_group = user_group(user.pk)
-        await self.channel_layer.group_add(self.user_group, self.channel_name)
+        try:
+            await asyncio.wait_for(self.join(), JOIN_TIMEOUT)
+        except Exception as exc:  # the layer (Redis) refused or did not answer: say so, not a 500
+            log.emit(logging.WARNING, "live-join", "live stream unavailable: the channel layer did not "
+                     "answer (%s: %s); browsers show the recorded calls", type(exc).__name__, exc)
+            await self.refuse(CLOSE_STREAM_AWAY)
+            return
         self.joined = True
         await self.accept()
         # The client (re)loads its snapshot now and applies the stream on top of it.
         await self.send_json({"type": "reset"})
+
+    async def join(self) -> None:
+        await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
 
     async def refuse(self, code: int) -> None:
         # Closing before accepting reaches the client as an HTTP 403 without the code.
