@@ -41,6 +41,7 @@ from .live_access import user_group
 # A handshake waited on a hung Redis until the ASGI server gave up (a 500 after ~15 s); this
 # closes it sooner, with CLOSE_STREAM_AWAY, which the page shows (live.js keeps the recorded calls).
 JOIN_TIMEOUT = 5.0
+ECHO_SECONDS = float(getattr(settings, "EXTPROXY_LIVE_ECHO_SECONDS", 15))
 CLOSE_STREAM_AWAY = 4503
 log = RateLimitedLog(logging.getLogger("extproxy.live"), interval=60.0)
 FLUSH_INTERVAL = getattr(settings, "EXTPROXY_LIVE_FLUSH_MS", 100) / 1000
@@ -67,6 +68,7 @@ def gap(seen: OrderedDict, event: dict) -> bool:
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     required_permission = Perm.VIEW_CALLS
     handshake_done = False
+    echoes: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send):
         """The layer's channel is made (a Redis subscription) before connect() runs: when Redis
@@ -114,6 +116,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         # The client (re)loads its snapshot now and applies the stream on top of it.
         await self.send_json({"type": "reset"})
+        self.echoes = asyncio.create_task(self.keep_echoing())
 
     async def join(self) -> None:
         await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)
@@ -124,12 +127,43 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         await self.close(code=code)
 
+    async def keep_echoing(self) -> None:
+        """An open socket over a Redis that stopped answering got nothing and still said "live":
+        every ECHO_SECONDS a message goes through the layer back to this connection; when one
+        cannot be sent, or none came back for two periods, the socket is closed with
+        CLOSE_STREAM_AWAY, and the browser says so and retries."""
+        loop = asyncio.get_running_loop()
+        self.last_echo = loop.time()
+        while True:
+            await asyncio.sleep(ECHO_SECONDS)
+            late = loop.time() - self.last_echo > 2 * ECHO_SECONDS + JOIN_TIMEOUT
+            try:
+                if not late:
+                    await asyncio.wait_for(self.channel_layer.send(self.channel_name, {"type": "live.echo"}), JOIN_TIMEOUT)
+                    continue
+            except Exception as exc:
+                log.emit(logging.WARNING, "live-echo", "live stream lost: the channel layer did not answer "
+                         "(%s: %s)", type(exc).__name__, exc)
+            await self.close(code=CLOSE_STREAM_AWAY)
+            return
+
+    async def live_echo(self, event) -> None:
+        self.last_echo = asyncio.get_running_loop().time()
+
     async def disconnect(self, code):
         if self.flusher is not None:
             self.flusher.cancel()
+        if self.echoes is not None:
+            self.echoes.cancel()
         if self.joined:
-            await self.channel_layer.group_discard(LIVE_GROUP, self.channel_name)
-            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+            try:  # bounded: a layer that does not answer must not hold the connection's end
+                await asyncio.wait_for(self.leave(), JOIN_TIMEOUT)
+            except Exception:
+                pass  # the layer forgets a dead channel's groups itself (their expiry)
+
+    async def leave(self) -> None:
+        await self.channel_layer.group_discard(LIVE_GROUP, self.channel_name)
+        await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
     async def live_recheck(self, event):
         """The user may have lost access: closed when the change names this socket's session

@@ -320,6 +320,8 @@ EXTPROXY_NODE_INDEX = envbool("EXTPROXY_NODE_INDEX", True)
 EXTPROXY_LIVE_BUFFER = envint("EXTPROXY_LIVE_BUFFER", 5000)
 # How often a live connection sends what it collected, in milliseconds.
 EXTPROXY_LIVE_FLUSH_MS = envint("EXTPROXY_LIVE_FLUSH_MS", 100)
+# Seconds between the live socket's round trips through the channel layer (dashboard/consumers.py).
+EXTPROXY_LIVE_ECHO_SECONDS = float(os.environ.get("EXTPROXY_LIVE_ECHO_SECONDS", "15"))
 # Pods with no scheduling attempt in this many minutes are not listed as pending.
 EXTPROXY_PENDING_MINUTES = envint("EXTPROXY_PENDING_MINUTES", 15)
 

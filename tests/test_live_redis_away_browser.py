@@ -57,3 +57,35 @@ def test_the_feed_shows_recorded_calls_while_redis_does_not_answer(tmp_path, red
     finally:
         installation.close()
         relay.close()
+
+
+def test_an_open_feed_says_so_when_redis_stops_answering_and_goes_live_again(tmp_path, redis_url):
+    """An open socket kept saying "live" while its Redis hung: nothing arrived, nothing said why."""
+    from playwright.sync_api import expect, sync_playwright
+
+    target = urlparse(redis_url)
+    relay = FreezableRelay(target.hostname or "127.0.0.1", target.port or 6379)
+    installation = Installation(tmp_path, CONFIG, EXTPROXY_REDIS_URL=f"redis://127.0.0.1:{relay.port}{target.path}",
+                                EXTPROXY_CACHE_PREFIX=f"live-away-{tmp_path.name}", EXTPROXY_LIVE_ECHO_SECONDS="2")
+    try:
+        installation.manage("migrate", "--noinput", "-v", "0")
+        installation.manage("bootstrap")
+        installation.start_serving()
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            page = browser.new_page()
+            page.goto(installation.url + "/accounts/login/")
+            page.fill("input[name=username]", "admin")
+            page.fill("input[name=password]", "s3cret")
+            page.click("[type=submit]")
+            page.wait_for_url(installation.url + "/")
+            conn = page.locator("#conn")
+            expect(conn).to_have_attribute("data-state", "live", timeout=20_000)
+            relay.freeze_after(0)
+            expect(conn).to_have_attribute("data-state", "away", timeout=40_000)
+            relay.thaw()
+            expect(conn).to_have_attribute("data-state", "live", timeout=40_000)
+            browser.close()
+    finally:
+        installation.close()
+        relay.close()
