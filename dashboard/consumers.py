@@ -18,23 +18,32 @@ calls this connection never got (a publish lost while Redis was away, a message 
 dropped at its capacity): the buffer is dropped and a `reset` sent, as at the bound.
 
 Unauthenticated connections are closed with code 4401, users without a role with 4403; an
-open socket is closed the same way when its user loses access (live_access).
+open socket is closed the same way when its user loses access (live_access). A connection that
+cannot join the group (Redis away) is closed with 4503; the browser retries.
 This module must not query the call records: the recorder's summaries are the payload.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from extproxy.ratelog import RateLimitedLog
 from extproxy.recording import LIVE_GROUP
 from extproxy.roles import Perm
 
 from .live_access import user_group
 
+# A handshake waited on a hung Redis until the ASGI server gave up (a 500 after ~15 s); this
+# closes it sooner, with CLOSE_STREAM_AWAY, which the page shows (live.js keeps the recorded calls).
+JOIN_TIMEOUT = 5.0
+ECHO_SECONDS = float(getattr(settings, "EXTPROXY_LIVE_ECHO_SECONDS", 15))
+CLOSE_STREAM_AWAY = 4503
+log = RateLimitedLog(logging.getLogger("extproxy.live"), interval=60.0)
 FLUSH_INTERVAL = getattr(settings, "EXTPROXY_LIVE_FLUSH_MS", 100) / 1000
 MAX_ORIGINS = 256  # publishing processes remembered per connection (replicas come and go)
 
@@ -58,8 +67,29 @@ def gap(seen: OrderedDict, event: dict) -> bool:
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     required_permission = Perm.VIEW_CALLS
+    handshake_done = False
+    echoes: asyncio.Task | None = None
+
+    async def __call__(self, scope, receive, send):
+        """The layer's channel is made (a Redis subscription) before connect() runs: when Redis
+        refuses or does not answer, the handshake ended in a 500; it is closed with
+        CLOSE_STREAM_AWAY instead, which the page explains."""
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            if self.handshake_done:
+                raise
+            await self.stream_away(exc, receive, send)
+
+    async def stream_away(self, exc: BaseException, receive, send) -> None:
+        log.emit(logging.WARNING, "live-join", "live stream unavailable: the channel layer did not "
+                 "answer (%s: %s); browsers show the recorded calls", type(exc).__name__, exc)
+        if (await receive())["type"] == "websocket.connect":
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.close", "code": CLOSE_STREAM_AWAY})
 
     async def connect(self):
+        self.handshake_done = True
         self.buffer: list[dict] = []
         self.overflowed = False
         self.sequences: OrderedDict[str, int] = OrderedDict()
@@ -73,26 +103,67 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not await database_sync_to_async(user.has_perm)(self.required_permission):
             await self.refuse(4403)
             return
-        await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)
         # its user's own group: told when the user may have lost access (live_access)
         self.user_group = user_group(user.pk)
-        await self.channel_layer.group_add(self.user_group, self.channel_name)
+        try:
+            await asyncio.wait_for(self.join(), JOIN_TIMEOUT)
+        except Exception as exc:  # the layer (Redis) refused or did not answer: say so, not a 500
+            log.emit(logging.WARNING, "live-join", "live stream unavailable: the channel layer did not "
+                     "answer (%s: %s); browsers show the recorded calls", type(exc).__name__, exc)
+            await self.refuse(CLOSE_STREAM_AWAY)
+            return
         self.joined = True
         await self.accept()
         # The client (re)loads its snapshot now and applies the stream on top of it.
         await self.send_json({"type": "reset"})
+        self.echoes = asyncio.create_task(self.keep_echoing())
+
+    async def join(self) -> None:
+        await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
 
     async def refuse(self, code: int) -> None:
         # Closing before accepting reaches the client as an HTTP 403 without the code.
         await self.accept()
         await self.close(code=code)
 
+    async def keep_echoing(self) -> None:
+        """An open socket over a Redis that stopped answering got nothing and still said "live":
+        every ECHO_SECONDS a message goes through the layer back to this connection; when one
+        cannot be sent, or none came back for two periods, the socket is closed with
+        CLOSE_STREAM_AWAY, and the browser says so and retries."""
+        loop = asyncio.get_running_loop()
+        self.last_echo = loop.time()
+        while True:
+            await asyncio.sleep(ECHO_SECONDS)
+            late = loop.time() - self.last_echo > 2 * ECHO_SECONDS + JOIN_TIMEOUT
+            try:
+                if not late:
+                    await asyncio.wait_for(self.channel_layer.send(self.channel_name, {"type": "live.echo"}), JOIN_TIMEOUT)
+                    continue
+            except Exception as exc:
+                log.emit(logging.WARNING, "live-echo", "live stream lost: the channel layer did not answer "
+                         "(%s: %s)", type(exc).__name__, exc)
+            await self.close(code=CLOSE_STREAM_AWAY)
+            return
+
+    async def live_echo(self, event) -> None:
+        self.last_echo = asyncio.get_running_loop().time()
+
     async def disconnect(self, code):
         if self.flusher is not None:
             self.flusher.cancel()
+        if self.echoes is not None:
+            self.echoes.cancel()
         if self.joined:
-            await self.channel_layer.group_discard(LIVE_GROUP, self.channel_name)
-            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+            try:  # bounded: a layer that does not answer must not hold the connection's end
+                await asyncio.wait_for(self.leave(), JOIN_TIMEOUT)
+            except Exception:
+                pass  # the layer forgets a dead channel's groups itself (their expiry)
+
+    async def leave(self) -> None:
+        await self.channel_layer.group_discard(LIVE_GROUP, self.channel_name)
+        await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
     async def live_recheck(self, event):
         """The user may have lost access: closed when the change names this socket's session

@@ -82,6 +82,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "extproxy.probes.probe_paths_middleware",  # before anything that reads the Host (probes, scrapes)
     "extproxy.untrusted_https.untrusted_https_proxy_middleware",  # before the https redirect it explains
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -325,6 +326,8 @@ EXTPROXY_NODE_INDEX = envbool("EXTPROXY_NODE_INDEX", True)
 EXTPROXY_LIVE_BUFFER = envint("EXTPROXY_LIVE_BUFFER", 5000)
 # How often a live connection sends what it collected, in milliseconds.
 EXTPROXY_LIVE_FLUSH_MS = envint("EXTPROXY_LIVE_FLUSH_MS", 100)
+# Seconds between the live socket's round trips through the channel layer (dashboard/consumers.py).
+EXTPROXY_LIVE_ECHO_SECONDS = float(os.environ.get("EXTPROXY_LIVE_ECHO_SECONDS", "15"))
 # Pods with no scheduling attempt in this many minutes are not listed as pending.
 EXTPROXY_PENDING_MINUTES = envint("EXTPROXY_PENDING_MINUTES", 15)
 
@@ -362,6 +365,8 @@ if os.environ.get("EXTPROXY_REDIS_URL"):
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": os.environ["EXTPROXY_REDIS_URL"],
             "KEY_PREFIX": os.environ.get("EXTPROXY_CACHE_PREFIX", "extproxy"),
+            # A hung Redis holds a log-in for at most this long (throttle_store then counts locally).
+            "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 1.0},
         }
     }
 

@@ -19,11 +19,12 @@ from typing import Callable
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.contrib.auth.signals import user_login_failed
 from django.dispatch import receiver
 from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
+
+from .throttle_store import store
 
 _PREFIX = "extproxy:login-failures:"
 
@@ -40,7 +41,7 @@ def _keys(request: HttpRequest, username: str) -> list[str]:
 def retry_after(request: HttpRequest, username: str) -> int | None:
     """Seconds until attempts are accepted again, or None when they are accepted now."""
     limit = settings.EXTPROXY_LOGIN_FAILURES
-    for started, count in cache.get_many(_keys(request, username)).values():
+    for started, count in store.get_many(_keys(request, username)).values():
         if count >= limit:
             return max(1, int(started + settings.EXTPROXY_LOGIN_WINDOW - time.time()))
     return None
@@ -50,9 +51,9 @@ def record_failure(request: HttpRequest, username: str) -> None:
     window = settings.EXTPROXY_LOGIN_WINDOW
     now = time.time()
     for key in _keys(request, username):
-        started, count = cache.get(key) or (now, 0)
+        started, count = store.get(key) or (now, 0)
         # The window runs from the first failure; the entry expires with it.
-        cache.set(key, (started, count + 1), timeout=max(1, int(started + window - now)))
+        store.set(key, (started, count + 1), timeout=max(1, int(started + window - now)))
 
 
 def too_many(seconds: int) -> HttpResponse:
@@ -97,8 +98,14 @@ def throttle_logins(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
     return wrapped
 
 
+class TokenRateThrottle(ScopedRateThrottle):
+    """DRF's scoped rate, its history kept where the failed-login counts are (throttle_store)."""
+
+    cache = store
+
+
 # The token endpoint's throttles (api/auth.py): the failed-login counts, and a plain rate.
-TOKEN_THROTTLES = [ScopedRateThrottle, FailedLoginThrottle]
+TOKEN_THROTTLES = [TokenRateThrottle, FailedLoginThrottle]
 TOKEN_THROTTLE_SCOPE = "auth-token"
 
 

@@ -263,3 +263,17 @@ def test_it_prints_the_pair_of_the_extender_ports_tls_with_a_client_certificate(
         assert entry["enableHTTPS"] is True
         assert entry["tlsConfig"] == {"certFile": "/pki/extproxy-client.crt", "keyFile": "/pki/extproxy-client.key",
                                       "caFile": "/pki/extproxy-ca.crt"}
+
+
+def test_it_warns_when_the_port_given_is_the_main_port_while_the_extender_has_its_own(scheduler_file, monkeypatch):
+    """README's first steps say `--port <port>`: an operator of the shipped Deployment (extender
+    port 8443) who gave the dashboard's port 8000 got a configuration whose every call is a 404."""
+    monkeypatch.delenv("HOST", raising=False)
+    monkeypatch.delenv("PORT", raising=False)
+    monkeypatch.setenv("EXTPROXY_EXTENDER_PORT", "8443")
+    err = StringIO()
+    call_command("scheduler_config", "--port", "8000", stdout=StringIO(), stderr=err)
+    assert "8443" in err.getvalue() and "/extender/" in err.getvalue()
+    quiet = StringIO()
+    call_command("scheduler_config", "--port", "8443", stdout=StringIO(), stderr=quiet)
+    assert quiet.getvalue() == ""

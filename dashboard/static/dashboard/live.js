@@ -430,9 +430,17 @@
     state.socket = socket;
     socket.onopen = () => { state.retry = 500; setConn("live", "live"); };
     socket.onmessage = onMessage;
+    let opened = false;
+    socket.addEventListener("open", () => { opened = true; });
     socket.onclose = (event) => {
       if (event.code === 4401 || event.code === 4403) { setConn("refused", "not allowed (" + event.code + ")"); return; }
-      setConn("reconnecting", "reconnecting…");
+      if (event.code === 4503 || !opened) {
+        // No stream (the server's channel layer away, or the server itself): the first message,
+        // the reset that loads the snapshot, never comes; load what is recorded, at each retry.
+        if (event.code === 4503) setConn("away", "live stream unavailable: showing recorded calls, retrying…");
+        else setConn("reconnecting", "reconnecting…");
+        loadSnapshot();
+      } else setConn("reconnecting", "reconnecting…");
       setTimeout(connect, state.retry);
       state.retry = Math.min(state.retry * 2, 10000);
     };

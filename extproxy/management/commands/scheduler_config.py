@@ -59,6 +59,12 @@ class Command(BaseCommand):
         if getattr(settings, "EXTPROXY_EXTENDER_TLS_CLIENT_CA", "") and scheme == "https" and not options["tls_cert_file"]:
             self.stderr.write("scheduler_config: the extender port requires a client certificate "
                               "(EXTPROXY_EXTENDER_TLS_CLIENT_CA): add --tls-cert-file and --tls-key-file")
+        extender_port, main_port = os.environ.get("EXTPROXY_EXTENDER_PORT"), os.environ.get("PORT") or "8000"
+        if extender_port and options["port"] and str(options["port"]) == main_port != extender_port:
+            # With its own listener, the main port answers 404 for /extender/: every call would fail.
+            self.stderr.write(f"scheduler_config: --port {main_port} is the main port, which does not serve "
+                              f"/extender/ while EXTPROXY_EXTENDER_PORT is set: the scheduler's port is "
+                              f"{extender_port} (leave --port out to use it)")
         base = proxy_base_url(scheme, options["host"], options["port"])
         tls = tls_entry(options) if scheme == "https" else None
         if options["combined"]:
