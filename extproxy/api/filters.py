@@ -108,7 +108,7 @@ class CallFilter(df.FilterSet):
         choices=VERDICTS, method="filter_nothing", help_text="with node: calls that gave the node this verdict"
     )
     latency_above = df.NumberFilter(method="filter_latency", help_text="calls that took longer (milliseconds)")
-    error = df.CharFilter(field_name="error", lookup_expr="icontains", help_text="error text contains")
+    error = df.CharFilter(method="filter_error", help_text="error text contains (the call's, or one of its parts')")
     ids = IdsFilter(field_name="id", help_text=f"comma-separated call ids (at most {MAX_IDS})")
     replays = df.ChoiceFilter(
         choices=[(r, r) for r in REPLAYS], method="filter_nothing",
@@ -127,6 +127,12 @@ class CallFilter(df.FilterSet):
 
     def filter_backend(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.filter(took_part(value))
+
+    def filter_error(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        # In the combined form an ignorable backend's failure is its part's error only: the
+        # answer the scheduler got (it went on without that backend) has none.
+        parts = BackendCall.objects.filter(call=OuterRef("pk"), error__icontains=value)
+        return queryset.filter(Q(error__icontains=value) | Q(Exists(parts)))
 
     def filter_nothing(self, queryset: QuerySet, name: str, value: Any) -> QuerySet:
         return queryset  # node and verdict are applied together in filter_queryset
