@@ -105,13 +105,6 @@ class _PeekRecord(msgspec.Struct, array_like=True):
 _peek = msgspec.msgpack.Decoder(_PeekRecord).decode
 
 
-def not_made(part: Trace) -> bool:
-    """A combined call's part extproxy could not build (no Node objects for a full-object
-    backend, no full Pod for a victim): the primary was sent nothing, so there is no call to
-    mirror, and comparing an empty request counted it as a difference or an error."""
-    return any(finding.get("kind") == "not-called" for finding in part.findings)
-
-
 def request_echoes(trace: Trace, rules: RedactionConfig, nodes: NodeDeduper) -> Echoes | None:
     """The values redacting the call's request removes, as the recorder finds them (its stored
     form; by pattern when that cannot be made, as its raw record), apart from the names shown:
@@ -261,7 +254,9 @@ class Shadower:
             return
         parts = trace.backend_calls if trace.form == "combined" else [trace]
         for part in parts:
-            if part.verb not in MIRRORED_VERBS or not_made(part):
+            # A part extproxy did not send (Trace.not_called): no call to mirror; comparing its
+            # empty request counted it as a difference or an error.
+            if part.verb not in MIRRORED_VERBS or part.not_called:
                 continue
             for shadow in self.shadows.get(part.backend, ()):
                 await self._slots.acquire()  # the bound: the tail waits here while the shadows are busy
