@@ -32,14 +32,14 @@ pytestmark = [
 DEADLINE = "3"  # seconds: far above what a batch of these calls takes, far below the test's waits
 
 
-def recorder_through(relay: FreezableRelay, spool) -> RecorderProcess:
+def recorder_through(relay: FreezableRelay, spool, env: dict[str, str] | None = None) -> RecorderProcess:
     from django.db import connection
 
     db = connection.settings_dict
     credentials = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
     return RecorderProcess(spool, None, {
         "DATABASE_URL": f"postgresql://{credentials}@127.0.0.1:{relay.port}/{quote(db['NAME'])}",
-        "EXTPROXY_DB_STATEMENT_DEADLINE": DEADLINE, "EXTPROXY_DB_CONNECT_TIMEOUT": "2"})
+        "EXTPROXY_DB_STATEMENT_DEADLINE": DEADLINE, "EXTPROXY_DB_CONNECT_TIMEOUT": "2", **(env or {})})
 
 
 def relay_to_database() -> FreezableRelay:
