@@ -49,6 +49,29 @@ def relay_to_database() -> FreezableRelay:
     return FreezableRelay(db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432))
 
 
+def serving_on(spool) -> None:
+    """This process serves as the serving process of `spool` would: its /metrics and pages read
+    the recorder's figures there (the latest SpoolRecorder made is the one they report)."""
+    from extproxy.config import RecordingConfig
+    from extproxy.recording.handoff import SpoolRecorder
+    from extproxy.recording.spool import SpoolSettings
+
+    SpoolRecorder(RecordingConfig(), SpoolSettings(root=spool), writer_name="metrics")
+
+
+def metrics_of(spool) -> dict[str, float]:
+    """/metrics of a serving process on `spool` (the recorder's figures reach it through the spool)."""
+    from django.test import Client
+
+    serving_on(spool)
+    values = {}
+    for line in Client().get("/metrics").content.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
 def counters_past(spool, key: str, value: int) -> dict:
     """The recorder's counters once `key` has gone past `value` (a counted outcome, not a time)."""
     return wait_for(lambda: (c := read_recorder_counters(spool)).get(key, 0) > value and c, 60)

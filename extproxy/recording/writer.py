@@ -4,9 +4,9 @@ Owns reading a batch from the spool, turning each record into rows (rows.py; a r
 that fails), storing the batch in one transaction (`BatchWriter`, batchwriter.py), marking it
 committed in the spool, then publishing live summaries (live.py) and, every PRUNE_EVERY, retention.
 A batch that fails to store (database down, locked) is kept and retried with backoff; the
-spool keeps filling meanwhile, so an outage loses nothing up to the spool's bound. A record
-already in the database (a batch re-read after a restart) is skipped by its unique call_id.
-Must not run in the serving process.
+spool keeps filling meanwhile, so an outage loses nothing up to the spool's bound; one too large
+for the deadline is stored in halves (halves.py). A record already in the database (a batch
+re-read after a restart) is skipped by its unique call_id. Must not run in the serving process.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from .retention import PRUNE_EVERY, prune
 from .rows import Built
 from .counters import Counters
 from .deadline import Abandoned, Deadline, close_quietly, each_statement
+from .halves import OVER_DEADLINE, Piece, answers, note_over_deadline, on_the_deadline
 from .observe import read_recorder_counters, write_recorder_counters
 from .spool_reader import ReadResult, SpoolReader
 from .trace import Trace, UnreadableRecord, decode_record, record_size
@@ -100,8 +101,11 @@ class Drainer:
         traces, gaps = self._decode(result)
         raw_before = self.writer.raw
         built, new_nodes, used = self.writer.build(traces)
-        summaries = self._store(traces, built, new_nodes, used, gaps)
-        if summaries is None:  # stopped while the database was down: it stays in the spool
+        summaries, whole = self._store(traces, built, new_nodes, used, gaps)
+        if not whole:  # stopped while the database was down: the rest stays in the spool
+            if summaries:  # halves stored meanwhile: read again, they are found stored, counted now
+                self._count(summaries, self.writer.raw - raw_before)
+                self._publish(summaries)
             self.reader.rewind()
             return 0
         self.counters.nodes_stored_again = self.writer.nodes_stored_again  # saved with the counts below
@@ -143,17 +147,38 @@ class Drainer:
         return traces, gaps
 
     def _store(self, traces: list[Trace], built: list[Built], new_nodes: list, used: set[str],
-               gaps: list[Drop]) -> list[dict[str, Any]] | None:
-        """The batch stored: retried while the database is away or will not write; stored call by
-        call (apart.py) once it refuses the data. None when stopped meanwhile."""
-        from django.db import close_old_connections, connection
+               gaps: list[Drop]) -> tuple[list[dict[str, Any]], bool]:
+        """The batch stored, whole or in halves (halves.py). Returns the summaries of the calls
+        stored, and whether all of it was (not when stopped meanwhile: the rest stays in the spool)."""
+        pieces = [Piece(traces, built, new_nodes, used, gaps)]
+        summaries: list[dict[str, Any]] = []
+        while pieces:
+            stored = self._store_piece(pieces[0])
+            if stored is None:
+                return summaries, False
+            if isinstance(stored, tuple):  # too much for the deadline: its halves in its place
+                pieces[0:1] = stored
+                continue
+            summaries += stored
+            pieces.pop(0)
+        return summaries, True
+
+    def _store_piece(self, piece: Piece) -> list[dict[str, Any]] | tuple[Piece, ...] | None:
+        """One piece stored: retried while the database is away or will not write; stored call by
+        call (apart.py) once it refuses the data; its halves returned when it is too much for the
+        deadline. None when stopped meanwhile."""
+        from django.db import close_old_connections, connection, connections
 
         delay = 0.1
         apart: StoreApart | None = None
         while True:
             try:
-                summaries = self.writer.store(built, new_nodes, used, gaps) if apart is None else apart.run()
+                if apart is None:
+                    summaries = self.writer.store(piece.built, piece.new_nodes, piece.used, piece.gaps)
+                else:
+                    summaries = apart.run()
                 self.counters.database_works()  # saved with the batch's counts
+                self.counters.over_deadline = 0
                 return summaries
             except Exception as exc:  # the database is away or will not write (kept, retried), or refused the data
                 if isinstance(exc, Abandoned):  # stopping (deadline.py): no outage; it stays in the spool
@@ -161,15 +186,28 @@ class Drainer:
                 self.counters.write_errors += 1
                 if apart is None and is_refusal(exc):
                     log.error("recorder: the database refused a batch of %d calls (%s); storing them one by one",
-                              len(built), self._error_text(exc))
-                    apart = StoreApart(self.writer, traces, built, new_nodes, used, gaps, self.writer.redaction,
-                                       self._unstorable)
+                              len(piece.built), self._error_text(exc))
+                    apart = StoreApart(self.writer, piece.traces, piece.built, piece.new_nodes, piece.used,
+                                       piece.gaps, self.writer.redaction, self._unstorable)
                     continue
                 self.counters.database_fails(self._error_text(exc))
-                self._save_counters()
-                log.error("recorder: writing %d calls failed (%s); retrying in %.1fs", len(built),
-                          self.counters.database_error, delay)
                 close_quietly(connection)
+                # The thread's own connection, not the proxy: the watchdog's thread would see its own.
+                too_long = apart is None and on_the_deadline(exc) and answers(self.writer.deadline,
+                                                                               connections["default"], self.stop)
+                if too_long and len(piece.built) > 1:
+                    self.counters.halved += 1
+                    log.warning("recorder: a batch of %d calls took longer than the deadline while the database "
+                                "answers; storing it in halves", len(piece.built))
+                    return tuple(piece.halves())
+                if too_long:
+                    self.counters.held[OVER_DEADLINE] = self.counters.held.get(OVER_DEADLINE, 0) + 1
+                    self.counters.over_deadline = len(piece.built)
+                    note_over_deadline(len(piece.built), self.writer.deadline, self.counters.database_error)
+                else:
+                    log.error("recorder: writing %d calls failed (%s); retrying in %.1fs", len(piece.built),
+                              self.counters.database_error, delay)
+                self._save_counters()
                 close_old_connections()
                 if self.stop.wait(delay):
                     return None
