@@ -8,5 +8,6 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         # Open live sockets are closed when their user loses access (live_access).
         from . import live_access
+        from . import rollup_health  # noqa: F401  (its collector puts the roll-up's failed passes on /metrics)
 
         live_access.connect()

@@ -15,7 +15,8 @@ that holds the mark's row: several processes may run it, each call is counted on
 batch another process has not committed yet look like a gap; the roll-up stops before a gap
 for up to `GAP_WAIT`, then counts past it (a rolled-back batch, or rows retention deleted).
 A daemon thread of the recorder process (`manage.py recorder`) runs it every second, each
-pass bounded by EXTPROXY_DB_STATEMENT_DEADLINE (a failed pass is counted, logged, retried); pages
+pass bounded by EXTPROXY_DB_STATEMENT_DEADLINE (a failed pass is counted, logged, retried, and
+reported with the time of the last pass completed, rollup_health.py); pages
 also run a bounded pass first, so they are current without the thread. This module must not write call records.
 """
 from __future__ import annotations
@@ -176,10 +177,12 @@ def _run() -> None:
 
     global failed_passes
     next_prune = 0.0
+    started_at, last_pass_at = time.time(), None
     while not _stop.is_set():
         try:
             while _bounded(catch_up) >= PASS_ROWS and not _stop.is_set():  # a source was cut at PASS_ROWS
                 pass  # behind: go on without waiting
+            last_pass_at = time.time()
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + 3600
                 _bounded(prune)
@@ -199,7 +202,22 @@ def _run() -> None:
             failed_passes += 1
             log.exception("latency roll-up failed; retrying")
             close_old_connections()
+        _report(started_at, last_pass_at)
         _stop.wait(1.0)
+
+
+def _report(started_at: float, last_pass_at: float | None) -> None:
+    """For the serving process's /metrics and backends page (rollup_health.py)."""
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from .rollup_health import save
+
+    try:
+        save(Path(settings.EXTPROXY_SPOOL_DIR), started_at, failed_passes, last_pass_at)
+    except OSError as exc:  # the roll-up goes on; only its report is missing
+        _ratelog.emit(logging.WARNING, "report", "latency roll-up: figures not saved: %s", exc)
 
 
 def start() -> None:

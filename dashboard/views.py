@@ -166,6 +166,7 @@ def backends(request):
         s["error_pct"] = round(100 * s["errors"] / s["calls"], 2) if s["calls"] else None
         s["timeout_pct"] = round(100 * s["timeouts"] / s["calls"], 2) if s["calls"] else None
     from .rollup import UPPER_EDGES_MS
+    from .rollup_health import rollup_behind
 
     chart_data = {
         "series": series,
@@ -186,7 +187,8 @@ def backends(request):
     return render(
         request,
         "dashboard/backends.html",
-        {"rows": rows, "series": series, "chart_data": chart_data, "minutes": minutes, "windows": (15, 60, 360, 1440)},
+        {"rows": rows, "series": series, "chart_data": chart_data, "minutes": minutes, "windows": (15, 60, 360, 1440),
+         "rollup_behind": rollup_behind()},
     )
 
 

@@ -210,7 +210,7 @@ class Engine:
 
     def _observe_parts(self, children: list[Trace]) -> None:
         for child in children:
-            if not any(f.get("kind") == "not-called" for f in child.findings):  # nothing was sent: no latency
+            if not child.not_called:  # nothing was sent: no latency
                 self._observe(child.backend, Verb(child.verb), child.finished_at - child.started_at)
 
     @staticmethod

@@ -14,7 +14,9 @@ Bounds: at most `concurrency` shadow calls in flight; past that the tail stops r
 spool is the queue). A call older than `max_lag` seconds when its turn comes is not sent and
 counted as dropped (`stale`), so a slow or dead shadow sheds load and the figures stay recent;
 records whose segment the recorder deleted before the tail got there are counted as skipped
-(`deleted`). A shadow that gave no answer at all BREAK_AFTER times in a row (down: refused,
+(`deleted`). Reading a call's Node objects from the database (names to full objects) is bounded
+by EXTPROXY_DB_STATEMENT_DEADLINE as the recorder's writes are: past it that call is dropped
+(`database-deadline`), logged at most once a second, and the process goes on. A shadow that gave no answer at all BREAK_AFTER times in a row (down: refused,
 reset) is rested, 1 s and doubling up to 30 s while it stays down: its calls meanwhile are
 dropped (`shadow-down`) without being decoded or judged, so a dead shadow costs next to nothing. Results are applied in spool order with the tail's position and saved with it
 (shadowstats.py), so a restart neither loses nor double-counts a call.
@@ -34,7 +36,9 @@ import msgspec
 from .backends import Backend, build_backend
 from .config import RedactionConfig
 from .protocol import Verb
+from .ratelog import RateLimitedLog
 from .recording.blobs import NodeDeduper, raw_blob
+from .recording.deadline import Deadline, DeadlinePassed, close_quietly
 from .recording.rows import MAX_ERROR_TEXT, judge, read_request, stored_decisions
 from .redaction import Echoes, bounded_text, collecting, echoes, redact_strings
 from .recording.spool_reader import SpoolTail, TailItem
@@ -44,6 +48,7 @@ from .replay.modes import in_mode
 from .shadowstats import ShadowState, load_state, save_state
 
 log = logging.getLogger(__name__)
+_ratelog = RateLimitedLog(log, interval=1.0)  # a hung database fails every call in flight alike
 
 MIRRORED_VERBS = ("filter", "prioritize", "preempt")  # never bind: it would bind the pod
 CONCURRENCY = 8  # shadow calls in flight at once
@@ -105,11 +110,22 @@ class _PeekRecord(msgspec.Struct, array_like=True):
 _peek = msgspec.msgpack.Decoder(_PeekRecord).decode
 
 
-def not_made(part: Trace) -> bool:
-    """A combined call's part extproxy could not build (no Node objects for a full-object
-    backend, no full Pod for a victim): the primary was sent nothing, so there is no call to
-    mirror, and comparing an empty request counted it as a difference or an error."""
-    return any(finding.get("kind") == "not-called" for finding in part.findings)
+def in_mode_bounded(body: bytes, config: Any, verb: Verb) -> bytes | str:
+    """in_mode (replay/modes.py) on this worker thread, its database reads under
+    EXTPROXY_DB_STATEMENT_DEADLINE (recording/deadline.py): a database that takes every byte and
+    never answers held the thread for ever, and once every call in flight was held so, the
+    whole shadow process. Past the deadline DeadlinePassed is raised and the thread's connection
+    is closed (the next read opens a new one)."""
+    from django.conf import settings
+    from django.db import connections
+
+    wrapper = connections["default"]  # this thread's own: the watchdog shuts its socket
+    try:
+        with Deadline(settings.EXTPROXY_DB_STATEMENT_DEADLINE, wrapper, None, "shadow"):
+            return in_mode(body, config, verb)
+    except DeadlinePassed:
+        close_quietly(wrapper)
+        raise
 
 
 def request_echoes(trace: Trace, rules: RedactionConfig, nodes: NodeDeduper) -> Echoes | None:
@@ -186,6 +202,7 @@ class Shadower:
         self.shadows = shadows
         self.redaction = redaction or RedactionConfig()
         self._nodes = NodeDeduper(self.redaction)  # its memory of redacted requests (request_echoes)
+        self.database_deadlines = 0  # calls not mirrored: their Node objects' read passed the deadline
         self.max_lag = max_lag
         self.clock = clock
         self.state: ShadowState = load_state(self.root)
@@ -261,7 +278,9 @@ class Shadower:
             return
         parts = trace.backend_calls if trace.form == "combined" else [trace]
         for part in parts:
-            if part.verb not in MIRRORED_VERBS or not_made(part):
+            # A part extproxy did not send (Trace.not_called): no call to mirror; comparing its
+            # empty request counted it as a difference or an error.
+            if part.verb not in MIRRORED_VERBS or part.not_called:
                 continue
             for shadow in self.shadows.get(part.backend, ()):
                 await self._slots.acquire()  # the bound: the tail waits here while the shadows are busy
@@ -292,7 +311,13 @@ class Shadower:
         if not verb_string:
             return Outcome(shadow.name, trace.backend, "error", reason="no such verb")
         # Names to full objects reads the node store: a database query, off the event loop.
-        body = await asyncio.to_thread(in_mode, trace.request_body, shadow.config, verb)
+        try:
+            body = await asyncio.to_thread(in_mode_bounded, trace.request_body, shadow.config, verb)
+        except DeadlinePassed as exc:
+            self.database_deadlines += 1
+            _ratelog.emit(logging.ERROR, "database-deadline", "shadow: a %s call to %s not mirrored (%d so far): "
+                          "reading its Node objects: %s", trace.verb, shadow.name, self.database_deadlines, exc)
+            return Outcome(shadow.name, trace.backend, "dropped", reason="database-deadline")
         if isinstance(body, str):
             return Outcome(shadow.name, trace.backend, "error", reason=body)
         exchange = await shadow.exchange(verb, verb_string, body)

@@ -32,14 +32,14 @@ pytestmark = [
 DEADLINE = "3"  # seconds: far above what a batch of these calls takes, far below the test's waits
 
 
-def recorder_through(relay: FreezableRelay, spool) -> RecorderProcess:
+def recorder_through(relay: FreezableRelay, spool, env: dict[str, str] | None = None) -> RecorderProcess:
     from django.db import connection
 
     db = connection.settings_dict
     credentials = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
     return RecorderProcess(spool, None, {
         "DATABASE_URL": f"postgresql://{credentials}@127.0.0.1:{relay.port}/{quote(db['NAME'])}",
-        "EXTPROXY_DB_STATEMENT_DEADLINE": DEADLINE, "EXTPROXY_DB_CONNECT_TIMEOUT": "2"})
+        "EXTPROXY_DB_STATEMENT_DEADLINE": DEADLINE, "EXTPROXY_DB_CONNECT_TIMEOUT": "2", **(env or {})})
 
 
 def relay_to_database() -> FreezableRelay:
@@ -47,6 +47,29 @@ def relay_to_database() -> FreezableRelay:
 
     db = connection.settings_dict
     return FreezableRelay(db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432))
+
+
+def serving_on(spool) -> None:
+    """This process serves as the serving process of `spool` would: its /metrics and pages read
+    the recorder's figures there (the latest SpoolRecorder made is the one they report)."""
+    from extproxy.config import RecordingConfig
+    from extproxy.recording.handoff import SpoolRecorder
+    from extproxy.recording.spool import SpoolSettings
+
+    SpoolRecorder(RecordingConfig(), SpoolSettings(root=spool), writer_name="metrics")
+
+
+def metrics_of(spool) -> dict[str, float]:
+    """/metrics of a serving process on `spool` (the recorder's figures reach it through the spool)."""
+    from django.test import Client
+
+    serving_on(spool)
+    values = {}
+    for line in Client().get("/metrics").content.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
 
 
 def counters_past(spool, key: str, value: int) -> dict:

@@ -16,7 +16,7 @@ from dashboard.rollup import MARK
 from extproxy.models import Call
 from tests.conftest import wait_for_drain
 from tests.tcprelay import FreezableRelay
-from tests.test_database_hung import recorder_through, relay_to_database
+from tests.test_database_hung import metrics_of, recorder_through, relay_to_database, serving_on
 from tests.test_database_keepalive import wait_for, write_calls
 from tests.test_recorder import make_trace
 
@@ -62,6 +62,48 @@ def test_a_rollup_pass_the_database_never_answers_fails_is_counted_and_catches_u
         write_calls(spool, *later)
         wait_for_drain(spool, recorder, timeout=60)
         wait_for(lambda: counted_calls() == len(calls + later), 60)
+    finally:
+        recorder.stop()
+        relay.close()
+
+
+def backends_page(spool) -> str:
+    """The backends page of a serving process on `spool`."""
+    from django.contrib.auth.models import Group, User
+    from django.test import Client
+
+    from extproxy.engine import get_engine
+
+    get_engine()  # made at its first use, with a spool of its own: the page would report that one
+    serving_on(spool)
+
+    viewer, created = User.objects.get_or_create(username="rollup-viewer")
+    if created:
+        viewer.groups.add(Group.objects.get(name="viewer"))
+    page = Client()
+    page.force_login(viewer)
+    answer = page.get("/backends/")
+    assert answer.status_code == 200
+    return answer.content.decode()
+
+
+def test_a_rollup_that_completes_no_pass_shows_on_metrics_and_on_the_backends_page(transactional_db, tmp_path):
+    """Before, its failures were only in the recorder's log: /metrics did not count them and the
+    backends page showed old latencies as if current."""
+    relay: FreezableRelay = relay_to_database()
+    relay.swallow_after(ROLLUP_QUERY)
+    spool = tmp_path / "spool"
+    write_calls(spool, make_trace())
+    recorder = recorder_through(relay, spool)
+    try:
+        wait_for_drain(spool, recorder, timeout=60)
+        wait_for(lambda: 'id="rollup-behind"' in backends_page(spool), 90)
+        assert "latency roll-up has not completed a pass for" in backends_page(spool)
+        wait_for(lambda: metrics_of(spool).get("extproxy_rollup_failed_passes_total", 0) >= 2, 90)
+        assert metrics_of(spool)["extproxy_rollup_last_pass_age_seconds"] == -1  # none completed
+        relay.relay_again()
+        wait_for(lambda: 'id="rollup-behind"' not in backends_page(spool), 90)  # a pass completed: current again
+        assert metrics_of(spool)["extproxy_rollup_last_pass_age_seconds"] >= 0
     finally:
         recorder.stop()
         relay.close()

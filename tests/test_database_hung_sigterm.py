@@ -27,8 +27,8 @@ pytestmark = [
 ]
 
 LONG_DEADLINE = "300"  # seconds: longer than this test may take, so it cannot be what ends the wait
-# A statement in the middle of a batch's store (BatchWriter._not_stored_yet), after its first ones.
-STORE_QUERY = b'SELECT "extproxy_call"."call_id" AS "call_id" FROM "extproxy_call" WHERE'
+# A statement in the middle of a batch's store (UnansweredCommits.sort, unanswered.py), after its first ones.
+STORE_QUERY = b'SELECT "extproxy_call"."call_id" AS "call_id", "extproxy_call"."id" AS "id" FROM "extproxy_call" WHERE'
 
 
 def recorder_through(relay: FreezableRelay, spool) -> RecorderProcess:

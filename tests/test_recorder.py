@@ -534,7 +534,7 @@ def test_nodes_touched_in_a_batch_that_failed_are_touched_again_when_it_is_store
 
     from django.utils import timezone
 
-    import extproxy.recording.writer as writer_module
+    import extproxy.recording.batchwriter as writer_module  # BatchWriter stores through its insert_rows
     from extproxy.recording.writer import BatchWriter
 
     body = fixture_bytes("filter-request.nodecache-false.json")

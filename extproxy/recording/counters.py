@@ -24,6 +24,9 @@ class Counters:
     batches: int = 0
     write_errors: int = 0
     nodes_stored_again: int = 0  # BatchWriter.nodes_stored_again
+    halved: int = 0  # batches split in two after taking longer than the deadline (halves.py)
+    held: dict[str, int] = field(default_factory=dict)  # failed tries of calls kept in the spool, by reason
+    over_deadline: int = 0  # calls held now because alone they take longer than the deadline (alarm)
     dropped: dict[str, int] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)  # "backend verb outcome" -> count
     # The database as the recorder last found it (a batch written or refused; a check while
@@ -36,7 +39,7 @@ class Counters:
         return {
             "pid": os.getpid(), "updated_at": time.time(), "written": self.written, "raw": self.raw,
             "batches": self.batches, "write_errors": self.write_errors, "nodes_stored_again": self.nodes_stored_again,
-            "dropped": self.dropped, "calls": self.calls,
+            "halved": self.halved, "held": self.held, "over_deadline": self.over_deadline, "dropped": self.dropped, "calls": self.calls,
             "database": {"ok": self.database_ok, "failing_since": self.database_failing_since,
                          "error": self.database_error},
         }

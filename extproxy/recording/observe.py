@@ -148,6 +148,9 @@ class RecordingCollector:
              "database, 0 while it fails (alarm: calls wait in the spool), -1 when unknown (no recorder report "
              "for 60 s, or it has not tried yet).",
              -1 if database.get("ok") is None else int(bool(database["ok"]))),
+            ("extproxy_recorder_over_deadline", "Calls kept in the spool because alone they take longer than "
+             "EXTPROXY_DB_STATEMENT_DEADLINE to store while the database answers (alarm: recording is held "
+             "behind them), 0 otherwise.", theirs.get("over_deadline", 0)),
             ("extproxy_recorder_database_failing_seconds", "Seconds the database has failed the recorder process "
              "without a break (0 while it works).",
              (time.time() - database["failing_since"]) if database["ok"] is False and database.get("failing_since") else 0),
@@ -164,10 +167,19 @@ class RecordingCollector:
             ("extproxy_recorder_written_total", "Calls written to the database.", "written"),
             ("extproxy_recorder_raw_total", "Calls stored as raw records (undecodable).", "raw"),
             ("extproxy_recorder_write_errors_total", "Failed batch writes (the batch is retried).", "write_errors"),
+            ("extproxy_recorder_batches_halved_total", "Batches split in two after taking longer than "
+             "EXTPROXY_DB_STATEMENT_DEADLINE to store.", "halved"),
             ("extproxy_recorder_nodes_stored_again_total", "Node objects a retention pass deleted while "
              "the recorder still referred to them, stored again.", "nodes_stored_again"),
         ):
             yield CounterMetricFamily(name, doc, value=theirs.get(key, 0))
+        held = CounterMetricFamily(
+            "extproxy_recorder_held_total", "Failed tries to store calls that stay in the spool, by reason.",
+            labels=["reason"],
+        )
+        for reason, n in sorted(theirs.get("held", {}).items()):
+            held.add_metric([reason], n)
+        yield held
         calls = CounterMetricFamily(
             "extproxy_calls_total", "Recorded calls by backend, verb and outcome (ok, error, timeout).",
             labels=["backend", "verb", "outcome"],

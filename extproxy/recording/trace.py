@@ -25,6 +25,7 @@ from isal import isal_zlib as _deflate
 # igzip_lib.IsalError.
 _DeflateError: type[Exception] = _deflate.error  # type: ignore[assignment]
 
+NOT_CALLED = "not-called"  # the finding of a combined call's part that was never sent (combined.py)
 FORMAT = 1  # bumped when the spooled form changes; a recorder refuses what it cannot read
 
 # A deflated record: this byte, the packed record's length (4 bytes, little-endian), then the
@@ -83,6 +84,17 @@ class Trace:
     @property
     def truncated(self) -> bool:
         return any(f.get("kind") == "reply-truncated" for f in self.findings)
+
+    @property
+    def not_called(self) -> bool:
+        """A combined call's part extproxy did not send (the finding `not-called`: no Node
+        objects for a full-object backend, no full Pod for a victim): the backend was sent
+        nothing, so the part has no latency to observe and no request to mirror. A loop rather
+        than any() over a generator: the engine asks this of every part on the hot path."""
+        for finding in self.findings:
+            if finding.get("kind") == NOT_CALLED:
+                return True
+        return False
 
     def size(self) -> int:
         return len(self.request_body) + len(self.response_body) + sum(c.size() for c in self.backend_calls)

@@ -1,34 +1,31 @@
 """The recorder process's loop: drain the spool into the database in batches.
 
 Owns reading a batch from the spool, turning each record into rows (rows.py; a raw record when
-that fails), storing the batch in one transaction (`BatchWriter`), marking it committed in the
-spool, then publishing live summaries (live.py) and, every PRUNE_EVERY, retention.
+that fails), storing the batch in one transaction (`BatchWriter`, batchwriter.py), marking it
+committed in the spool, then publishing live summaries (live.py) and, every PRUNE_EVERY, retention.
 A batch that fails to store (database down, locked) is kept and retried with backoff; the
-spool keeps filling meanwhile, so an outage loses nothing up to the spool's bound. A record
-already in the database (a batch re-read after a restart) is skipped by its unique call_id.
-This is the only writer of call records. Must not run in the serving process.
+spool keeps filling meanwhile, so an outage loses nothing up to the spool's bound; one too large
+for the deadline is stored in halves (halves.py). A record already in the database (a batch
+re-read after a restart) is skipped by its unique call_id. Must not run in the serving process.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any
 
 from ..config import RecordingConfig, RedactionConfig, RetentionConfig
 from ..gaps import Drop, note_drops
-from ..nodeindex import NodeSets
 from ..redaction import bounded_text
 from .apart import StoreApart, is_refusal
-from .attempts import AttemptTracker
-from .blobs import NodeDeduper, compress, nodes_carried
-from .bulk import insert_rows, live_summary
-from .retention import PRUNE_EVERY, TOUCH_EVERY, prune
-from .rows import Built, build_or_raw
+from .batchwriter import BatchWriter
+from .retention import PRUNE_EVERY, prune
+from .rows import Built
 from .counters import Counters
 from .deadline import Abandoned, Deadline, close_quietly, each_statement
+from .halves import OVER_DEADLINE, Piece, answers, note_over_deadline, on_the_deadline
 from .observe import read_recorder_counters, write_recorder_counters
 from .spool_reader import ReadResult, SpoolReader
 from .trace import Trace, UnreadableRecord, decode_record, record_size
@@ -40,152 +37,6 @@ HEARTBEAT = 5.0  # seconds between counter saves while idle (the serving side re
 # message can quote the rows it refused, so it is redacted and cut like a call's error.
 DATABASE_ERROR_TEXT = 1024
 BATCH_BYTES = 64 << 20  # decoded payload bytes read per batch at most (besides recording.batchSize)
-
-
-class BatchWriter:
-    """Rows -> database: one transaction per batch; node de-duplication across batches."""
-
-    def __init__(self, redaction: RedactionConfig) -> None:
-        self.redaction = redaction
-        self.attempts = AttemptTracker()
-        self.nodes = NodeDeduper(redaction)
-        self.node_sets = NodeSets()
-        self._touched: OrderedDict[str, float] = OrderedDict()
-        self.raw = 0  # raw records stored: counted when stored, so a batch read again is not counted twice
-        self._raw_ids: set[str] = set()  # call ids of the batch being built that are raw records
-        self._traces: list[Trace] = []  # the batch being built: its bodies hold its Node objects
-        self.nodes_stored_again = 0  # Node objects retention deleted while remembered here, stored again
-        self.deadline = 0.0  # seconds one store may take (deadline.py); 0: no bound
-        self.stop: threading.Event | None = None  # the process's stop: ends a store waiting on the database
-
-    def mark_raw(self, call_id: str) -> None:
-        """The batch's call `call_id` is now a raw record (apart.py): counted as one when stored."""
-        self._raw_ids.add(call_id)
-
-    def build(self, traces: list[Trace]) -> tuple[list[Built], list, set[str]]:
-        """The unsaved rows of a batch: (call, children) pairs, new Node objects, nodes used."""
-        from ..models import NodeObject
-
-        built = []
-        self._raw_ids = set()
-        for trace in traces:
-            rows, raw = build_or_raw(trace, self.redaction, self.attempts, self.nodes)
-            if raw:
-                self._raw_ids.add(rows[0].call_id)
-            built.append(rows)
-        fresh, used = self.nodes.take_batch()
-        new_nodes = [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()]
-        self._traces = traces
-        return built, new_nodes, used - fresh.keys()
-
-    def store(self, built: list[Built], new_nodes: list, used: Collection[str] = (),
-              gaps: Collection[Drop] = ()) -> list[dict[str, Any]]:
-        """One transaction; on failure nothing is stored and the same rows can be stored again.
-        `gaps`: calls dropped (reason, calls, first and last time), stored as RecordingGap rows.
-
-        Returns the summaries (the live stream's payload) of the calls newly stored.
-        """
-        from django.db import connections, transaction
-
-        from ..models import BackendCall, Call, NodeObject
-
-        with Deadline(self.deadline, connections["default"], self.stop) as deadline, transaction.atomic():
-            deadline.set_server_limit()
-            if new_nodes:  # one already stored (before a restart, say) is refreshed as if touched
-                NodeObject.objects.bulk_create(new_nodes, update_conflicts=True, unique_fields=["sha256"],
-                                               update_fields=["last_seen"], batch_size=500)
-            gone = self._touch_nodes(used)
-            if gone:
-                self._store_again(gone)
-            fresh = self._not_stored_yet(built)
-            calls = [call for call, _ in fresh]
-            self.node_sets.assign(calls)
-            insert_rows(Call, calls, conflict="call_id")
-            children = []
-            for call, kids in fresh:
-                for kid in kids:
-                    kid.pk = None
-                    kid.call = call
-                    children.append(kid)
-            insert_rows(BackendCall, children)
-            note_drops(gaps)
-        self.raw += sum(call.call_id in self._raw_ids for call in calls)
-        return [live_summary(call, kids) for call, kids in fresh]
-
-    @staticmethod
-    def _not_stored_yet(built: list[Built]) -> list[Built]:
-        """The batch without calls whose call_id is already stored (or repeated in it)."""
-        from ..models import Call
-
-        ids = [call.call_id for call, _ in built]
-        stored: set[str] = set()
-        for start in range(0, len(ids), 500):
-            stored.update(Call.objects.filter(call_id__in=ids[start : start + 500]).values_list("call_id", flat=True))
-        fresh = []
-        for call, kids in built:
-            if call.call_id not in stored:
-                stored.add(call.call_id)
-                fresh.append((call, kids))
-        return fresh
-
-    def _touch_nodes(self, used: Collection[str]) -> list[str]:
-        """Refresh last_seen of nodes still in use, each at most every TOUCH_EVERY seconds.
-
-        Returns those found gone: deleted by a retention pass (this recorder's, another
-        replica's, `manage.py prune`) while this writer still remembered them. A node it touched
-        within TOUCH_EVERY cannot be one (retention keeps nodes seen within twice that).
-        """
-        from django.db import transaction
-        from django.utils import timezone as dj_timezone
-
-        from ..models import NodeObject
-
-        now = time.monotonic()
-        stale = [sha for sha in used if now - self._touched.get(sha, -TOUCH_EVERY) >= TOUCH_EVERY]
-        gone: list[str] = []
-        for start in range(0, len(stale), 500):
-            chunk = stale[start : start + 500]
-            if NodeObject.objects.filter(sha256__in=chunk).update(last_seen=dj_timezone.now()) < len(chunk):
-                found = set(NodeObject.objects.filter(sha256__in=chunk).values_list("sha256", flat=True))
-                gone += [sha for sha in chunk if sha not in found]
-        if stale:  # only once stored: a batch stored again after a failure touches them again
-            transaction.on_commit(lambda: self._remember_touched(stale, now))
-        return gone
-
-    def _remember_touched(self, shas: list[str], when: float) -> None:
-        for sha in shas:
-            self._touched[sha] = when
-            self._touched.move_to_end(sha)
-        while len(self._touched) > 200_000:
-            self._touched.popitem(last=False)
-
-    def _store_again(self, gone: list[str]) -> None:
-        """Store again the Node objects of this batch that a retention pass deleted.
-
-        Their bytes are in the batch's bodies: cut afresh, they give the same keys. Others this
-        writer remembers may be gone too; each is found so when a later batch refers to it (not
-        touched within TOUCH_EVERY, so touched then).
-        """
-        from django.db import transaction
-
-        from ..models import NodeObject
-
-        bodies = [body for trace in self._traces for part in (trace, *trace.backend_calls)
-                  for body in (part.request_body, part.response_body)]
-        carried = nodes_carried(bodies, self.redaction)
-        again = [NodeObject(sha256=sha, name=carried[sha][0], data=compress(carried[sha][1]))
-                 for sha in gone if sha in carried]
-        NodeObject.objects.bulk_create(again, ignore_conflicts=True, batch_size=500)
-        transaction.on_commit(lambda: setattr(self, "nodes_stored_again", self.nodes_stored_again + len(again)))
-        log.warning("recorder: %d Node object(s) this batch refers to had been deleted by a retention pass; "
-                    "stored again", len(again))
-        if len(again) < len(gone):  # cannot happen unless cutting a body differs from the first time
-            log.error("recorder: %d Node object(s) this batch refers to are gone and not in its bodies; "
-                      "their calls will show them as no longer stored", len(gone) - len(again))
-
-    def write(self, traces: list[Trace]) -> list[dict[str, Any]]:
-        """Build and store at once (tools and tests that hold traces in hand)."""
-        return self.store(*self.build(traces))
 
 
 class Drainer:
@@ -250,8 +101,11 @@ class Drainer:
         traces, gaps = self._decode(result)
         raw_before = self.writer.raw
         built, new_nodes, used = self.writer.build(traces)
-        summaries = self._store(traces, built, new_nodes, used, gaps)
-        if summaries is None:  # stopped while the database was down: it stays in the spool
+        summaries, whole = self._store(traces, built, new_nodes, used, gaps)
+        if not whole:  # stopped while the database was down: the rest stays in the spool
+            if summaries:  # halves stored meanwhile: read again, they are found stored, counted now
+                self._count(summaries, self.writer.raw - raw_before)
+                self._publish(summaries)
             self.reader.rewind()
             return 0
         self.counters.nodes_stored_again = self.writer.nodes_stored_again  # saved with the counts below
@@ -293,17 +147,38 @@ class Drainer:
         return traces, gaps
 
     def _store(self, traces: list[Trace], built: list[Built], new_nodes: list, used: set[str],
-               gaps: list[Drop]) -> list[dict[str, Any]] | None:
-        """The batch stored: retried while the database is away or will not write; stored call by
-        call (apart.py) once it refuses the data. None when stopped meanwhile."""
-        from django.db import close_old_connections, connection
+               gaps: list[Drop]) -> tuple[list[dict[str, Any]], bool]:
+        """The batch stored, whole or in halves (halves.py). Returns the summaries of the calls
+        stored, and whether all of it was (not when stopped meanwhile: the rest stays in the spool)."""
+        pieces = [Piece(traces, built, new_nodes, used, gaps)]
+        summaries: list[dict[str, Any]] = []
+        while pieces:
+            stored = self._store_piece(pieces[0])
+            if stored is None:
+                return summaries, False
+            if isinstance(stored, tuple):  # too much for the deadline: its halves in its place
+                pieces[0:1] = stored
+                continue
+            summaries += stored
+            pieces.pop(0)
+        return summaries, True
+
+    def _store_piece(self, piece: Piece) -> list[dict[str, Any]] | tuple[Piece, ...] | None:
+        """One piece stored: retried while the database is away or will not write; stored call by
+        call (apart.py) once it refuses the data; its halves returned when it is too much for the
+        deadline. None when stopped meanwhile."""
+        from django.db import close_old_connections, connection, connections
 
         delay = 0.1
         apart: StoreApart | None = None
         while True:
             try:
-                summaries = self.writer.store(built, new_nodes, used, gaps) if apart is None else apart.run()
+                if apart is None:
+                    summaries = self.writer.store(piece.built, piece.new_nodes, piece.used, piece.gaps)
+                else:
+                    summaries = apart.run()
                 self.counters.database_works()  # saved with the batch's counts
+                self.counters.over_deadline = 0
                 return summaries
             except Exception as exc:  # the database is away or will not write (kept, retried), or refused the data
                 if isinstance(exc, Abandoned):  # stopping (deadline.py): no outage; it stays in the spool
@@ -311,15 +186,28 @@ class Drainer:
                 self.counters.write_errors += 1
                 if apart is None and is_refusal(exc):
                     log.error("recorder: the database refused a batch of %d calls (%s); storing them one by one",
-                              len(built), self._error_text(exc))
-                    apart = StoreApart(self.writer, traces, built, new_nodes, used, gaps, self.writer.redaction,
-                                       self._unstorable)
+                              len(piece.built), self._error_text(exc))
+                    apart = StoreApart(self.writer, piece.traces, piece.built, piece.new_nodes, piece.used,
+                                       piece.gaps, self.writer.redaction, self._unstorable)
                     continue
                 self.counters.database_fails(self._error_text(exc))
-                self._save_counters()
-                log.error("recorder: writing %d calls failed (%s); retrying in %.1fs", len(built),
-                          self.counters.database_error, delay)
                 close_quietly(connection)
+                # The thread's own connection, not the proxy: the watchdog's thread would see its own.
+                too_long = apart is None and on_the_deadline(exc) and answers(self.writer.deadline,
+                                                                               connections["default"], self.stop)
+                if too_long and len(piece.built) > 1:
+                    self.counters.halved += 1
+                    log.warning("recorder: a batch of %d calls took longer than the deadline while the database "
+                                "answers; storing it in halves", len(piece.built))
+                    return tuple(piece.halves())
+                if too_long:
+                    self.counters.held[OVER_DEADLINE] = self.counters.held.get(OVER_DEADLINE, 0) + 1
+                    self.counters.over_deadline = len(piece.built)
+                    note_over_deadline(len(piece.built), self.writer.deadline, self.counters.database_error)
+                else:
+                    log.error("recorder: writing %d calls failed (%s); retrying in %.1fs", len(piece.built),
+                              self.counters.database_error, delay)
+                self._save_counters()
                 close_old_connections()
                 if self.stop.wait(delay):
                     return None
