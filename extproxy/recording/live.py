@@ -21,7 +21,10 @@ from typing import Any, Callable
 
 import msgspec
 
+from ..ratelog import RateLimitedLog
+
 log = logging.getLogger(__name__)
+_away = RateLimitedLog(log, interval=10.0)  # a layer away fails every batch (every few seconds)
 
 LIVE_GROUP = "calls"
 SEND_TIMEOUT = 0.5
@@ -148,7 +151,9 @@ class LayerPublisher:
             future.result(SEND_TIMEOUT * 4)
         except Exception as exc:  # the layer is away: this batch's live events are lost, counted by the gap
             future.cancel()
-            log.warning("live events not published: %s", exc or type(exc).__name__)
+            _away.emit(logging.WARNING, "layer", "live events not published (the channel layer took none within "
+                       "%g s; each batch lost meanwhile is refetched by the dashboards): %s",
+                       SEND_TIMEOUT * 4, str(exc) or type(exc).__name__)  # a timeout's text is empty
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
