@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from .config import RedactionConfig
 from .protocol import Verb
 from .ratelog import RateLimitedLog
 from .recording.blobs import NodeDeduper, raw_blob
-from .recording.deadline import Deadline, DeadlinePassed, close_quietly
+from .recording.deadline import Abandoned, Deadline, DeadlinePassed, close_quietly
 from .recording.rows import MAX_ERROR_TEXT, judge, read_request, stored_decisions
 from .redaction import Echoes, bounded_text, collecting, echoes, redact_strings
 from .recording.spool_reader import SpoolTail, TailItem
@@ -110,20 +111,21 @@ class _PeekRecord(msgspec.Struct, array_like=True):
 _peek = msgspec.msgpack.Decoder(_PeekRecord).decode
 
 
-def in_mode_bounded(body: bytes, config: Any, verb: Verb) -> bytes | str:
+def in_mode_bounded(body: bytes, config: Any, verb: Verb, stop: threading.Event | None = None) -> bytes | str:
     """in_mode (replay/modes.py) on this worker thread, its database reads under
     EXTPROXY_DB_STATEMENT_DEADLINE (recording/deadline.py): a database that takes every byte and
     never answers held the thread for ever, and once every call in flight was held so, the
     whole shadow process. Past the deadline DeadlinePassed is raised and the thread's connection
-    is closed (the next read opens a new one)."""
+    is closed (the next read opens a new one); once `stop` (the process's) is set, Abandoned is
+    raised at once, so that a SIGTERM does not wait out the deadline."""
     from django.conf import settings
     from django.db import connections
 
     wrapper = connections["default"]  # this thread's own: the watchdog shuts its socket
     try:
-        with Deadline(settings.EXTPROXY_DB_STATEMENT_DEADLINE, wrapper, None, "shadow"):
+        with Deadline(settings.EXTPROXY_DB_STATEMENT_DEADLINE, wrapper, stop, "shadow"):
             return in_mode(body, config, verb)
-    except DeadlinePassed:
+    except (DeadlinePassed, Abandoned):
         close_quietly(wrapper)
         raise
 
@@ -197,8 +199,9 @@ class Shadower:
 
     def __init__(self, root: Path, shadows: dict[str, list[Backend]], concurrency: int = CONCURRENCY,
                  max_lag: float = MAX_LAG, clock: Callable[[], float] = time.time,
-                 redaction: RedactionConfig | None = None) -> None:
+                 redaction: RedactionConfig | None = None, stop: threading.Event | None = None) -> None:
         self.root = Path(root)
+        self.stop = stop  # the process's: a database read in progress is given up once it is set
         self.shadows = shadows
         self.redaction = redaction or RedactionConfig()
         self._nodes = NodeDeduper(self.redaction)  # its memory of redacted requests (request_echoes)
@@ -312,7 +315,9 @@ class Shadower:
             return Outcome(shadow.name, trace.backend, "error", reason="no such verb")
         # Names to full objects reads the node store: a database query, off the event loop.
         try:
-            body = await asyncio.to_thread(in_mode_bounded, trace.request_body, shadow.config, verb)
+            body = await asyncio.to_thread(in_mode_bounded, trace.request_body, shadow.config, verb, self.stop)
+        except Abandoned:  # stopping: not mirrored, and not counted against the database
+            return Outcome(shadow.name, trace.backend, "dropped", reason="stopping")
         except DeadlinePassed as exc:
             self.database_deadlines += 1
             _ratelog.emit(logging.ERROR, "database-deadline", "shadow: a %s call to %s not mirrored (%d so far): "

@@ -36,7 +36,7 @@ NODE_QUERY = b'FROM "extproxy_nodeobject"'  # replay/modes.node_objects_by_name'
 class ShadowProcess:
     """`manage.py shadow` following `spool`, its database through `relay`."""
 
-    def __init__(self, spool: Path, config: dict, relay: FreezableRelay) -> None:
+    def __init__(self, spool: Path, config: dict, relay: FreezableRelay, deadline: str = "3") -> None:
         from django.db import connection
 
         db = connection.settings_dict
@@ -46,7 +46,7 @@ class ShadowProcess:
         spool.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, EXTPROXY_SPOOL_DIR=str(spool), EXTPROXY_CONFIG=str(config_path),
                    DATABASE_URL=f"postgresql://{credentials}@127.0.0.1:{relay.port}/{quote(db['NAME'])}",
-                   EXTPROXY_DB_STATEMENT_DEADLINE="3", EXTPROXY_DB_CONNECT_TIMEOUT="2")
+                   EXTPROXY_DB_STATEMENT_DEADLINE=deadline, EXTPROXY_DB_CONNECT_TIMEOUT="2")
         self.log = open(spool.parent / "shadow.log", "ab")
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "shadow", "--nice", "0", "--no-idle-class"],
@@ -102,6 +102,26 @@ def test_a_shadow_process_whose_database_never_answers_drops_that_call_and_goes_
         wait_for(lambda: process.figures().get("errors") == 1, 90)
         assert process.figures()["dropped"]["database-deadline"] == 2
         assert process.process.poll() is None
+    finally:
+        process.stop()
+        relay.close()
+
+
+def test_a_sigterm_while_a_read_hangs_ends_the_shadow_process_at_once(transactional_db, tmp_path, backend_server):
+    """With a deadline of 300 s, a SIGTERM during a read the database never answers waited it out,
+    past the pod's grace period, into kubelet's SIGKILL: the stop now gives the read up at once."""
+    shadow_backend = backend_server({"filter": pass_all})
+    relay = relay_to_database()
+    relay.swallow_after(NODE_QUERY)
+    spool = tmp_path / "spool"
+    process = ShadowProcess(spool, with_shadow("http://127.0.0.1:9", shadow_backend.url, nodeCacheCapable=False),
+                            relay, deadline="300")
+    try:
+        write_calls(spool, names_only_call())
+        wait_for(lambda: relay.swallowed_bytes > 0, 60)  # the read is in flight, and will get no answer
+        process.process.terminate()
+        assert process.process.wait(60) == 0, process.output()  # not 300 s and more
+        assert "shadow: stopped" in process.output()
     finally:
         process.stop()
         relay.close()

@@ -88,7 +88,7 @@ class Command(BaseCommand):
 
 async def _run(root: Path, shadows, options, stop: threading.Event, redaction: RedactionConfig) -> None:
     shadower = shadows_module.Shadower(root, shadows, concurrency=options["concurrency"], max_lag=options["max_lag"],
-                                       redaction=redaction)
+                                       redaction=redaction, stop=stop)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     threading.Thread(target=lambda: (stop.wait(), loop.call_soon_threadsafe(stopped.set)), daemon=True).start()
