@@ -75,6 +75,7 @@ PUBLIC = {
     "healthz": "liveness probe",
     "readyz": "readiness probe",
     "metrics": "Prometheus scrape (no call data)",
+    "favicon.ico": "the dashboard's icon, which browsers ask for on any page",
     "accounts/login/": "the login page",
     "accounts/logout/": "logging out",
     "api/auth/token/": "a script's login",

@@ -140,7 +140,8 @@ class LayerPublisher:
         self._layer = get_channel_layer()
         self._numbering = Numbering()
         self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_forever, name="live-publisher", daemon=True).start()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="live-publisher", daemon=True)
+        self._thread.start()
 
     def __call__(self, summaries: list[dict[str, Any]]) -> None:
         if self._layer is None:
@@ -156,7 +157,18 @@ class LayerPublisher:
                        SEND_TIMEOUT * 4, str(exc) or type(exc).__name__)  # a timeout's text is empty
 
     def close(self) -> None:
+        """Stop the loop, end what is still pending on it (a send to a layer that never answered)
+        and close it, with its own sockets."""
         self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(SEND_TIMEOUT * 4)
+        if self._thread.is_alive():  # stopped at its next turn; nothing more to do here
+            return
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
 
 
 def recorder_publisher(root: Path) -> SocketPublisher | LayerPublisher:
