@@ -21,8 +21,6 @@ PostgreSQL only (SQLite has no server that can hang); off with EXTPROXY_DB_STATE
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from typing import Any, Callable
@@ -31,7 +29,7 @@ from django.conf import settings
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from .recording.deadline import GRACE, DeadlinePassed, close_quietly
+from .recording.deadline import GRACE, DeadlinePassed, close_quietly, shut_socket
 
 log = logging.getLogger(__name__)
 
@@ -124,15 +122,8 @@ def bounded_check(check: Callable[[Any], None], seconds: float) -> Callable[[Any
 
 
 def _shut(conn: Any) -> None:
-    """Shut a psycopg connection's socket (through a duplicate of its descriptor: shutdown acts
-    on the socket both name), so the wait in progress on it sees the end of the stream."""
     try:
-        sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        fd = conn.pgconn.socket
     except Exception:  # closed meanwhile
         return
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:  # the peer closed it already
-        pass
-    finally:
-        sock.close()
+    shut_socket(fd)

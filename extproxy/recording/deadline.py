@@ -130,22 +130,29 @@ class Deadline:
                 self.abandoned = True
             else:
                 self.passed = True
-            try:
-                sock = socket.socket(fileno=os.dup(fd))
-            except OSError:
-                return True
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # the peer closed it already
-                pass
-            finally:
-                sock.close()
+            shut_socket(fd)
         if stopping:
             log.warning("%s: stopping; the database work in progress given up, connection shut", self.label)
         else:
             log.error("%s: no answer from the database within %g s; connection shut", self.label,
                       self.seconds + GRACE)
         return True
+
+
+def shut_socket(fd: int) -> None:
+    """Shut the socket behind descriptor `fd` both ways, through a duplicate of the descriptor
+    (shutdown acts on the socket both name), so a wait in progress on it sees the end of the
+    stream; the owner's descriptor stays its own to close."""
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:  # closed meanwhile
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # the peer closed it already
+        pass
+    finally:
+        sock.close()
 
 
 def each_statement(seconds: float, wrapper: Any, stop: threading.Event | None = None,
