@@ -42,7 +42,12 @@ def pairs_for(decisions: Sequence[Decision], nodes: Iterable[str]) -> list[tuple
     """The call's distinct (node, result) pairs, sorted; request nodes with no decision get ""."""
     value = _VALUES  # an enum's .value is a descriptor call; a dict lookup is not
     seen = {(d.node[:253], value[d.result]) for d in decisions if d.node}
-    judged = {d.node for d in decisions}
+    return with_request_nodes(seen, {d.node for d in decisions}, nodes)
+
+
+def with_request_nodes(seen: set[tuple[str, str]], judged: set[str], nodes: Iterable[str]) -> list[tuple[str, str]]:
+    """`seen` (the judged pairs) and the request's nodes no decision named, with "", sorted: the
+    last step of `pairs_for`, shared with the pairs read back from a stored call (nodeindex_backfill)."""
     seen.update((str(node)[:253], "") for node in nodes if node and node not in judged)
     return sorted(seen)
 

@@ -48,11 +48,9 @@ def stored_pairs(call: Call) -> tuple[list[tuple[str, str]], str | None]:
     stored = SimpleNamespace(verb=call.verb, request_body=request_of(call).data)
     nodes = read_request(cast(Trace, stored))["nodes"]
     decisions = call.decisions()
-    judged = {str(d.get("node") or "") for d in decisions}
-    pairs = {(str(d["node"])[:253], str(d.get("result") or "")) for d in decisions if d.get("node")}
-    pairs.update((str(node)[:253], "") for node in nodes if node and node not in judged)
-    ordered = sorted(pairs)
-    return ordered, (nodeindex.digest_of(ordered) if ordered else None)
+    seen = {(str(d["node"])[:253], str(d.get("result") or "")) for d in decisions if d.get("node")}
+    pairs = nodeindex.with_request_nodes(seen, {str(d.get("node") or "") for d in decisions}, nodes)
+    return pairs, (nodeindex.digest_of(pairs) if pairs else None)
 
 
 def _candidates(since: Any = None, until: Any = None) -> Iterator[list[Call]]:
