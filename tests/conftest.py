@@ -160,33 +160,17 @@ def backend_server():
 # --- the proxy ---------------------------------------------------------------------------
 
 
-class RecorderProcess:
-    """`manage.py recorder` as production runs it, draining `spool` into the test database."""
+class LoggedProcess:
+    """A `manage.py` command run as production runs it, a process of its own, its output kept in
+    a log file the test can read."""
 
-    def __init__(self, spool: Path, config_path: str | None, env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = ()) -> None:
+    def _start(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
         import subprocess
         import sys
 
-        from django.db import connection
-
-        self.spool = spool
-        environment = dict(os.environ, EXTPROXY_SPOOL_DIR=str(spool), EXTPROXY_CONFIG=config_path or "")
-        if connection.vendor == "sqlite":
-            environment["EXTPROXY_SQLITE_PATH"] = str(connection.settings_dict["NAME"])
-        elif connection.vendor == "postgresql" and os.environ.get("DATABASE_URL"):
-            # DATABASE_URL names the production database; pytest-django made and switched to its
-            # test twin, which is where the test reads what the recorder wrote.
-            from urllib.parse import urlsplit, urlunsplit
-
-            url = urlsplit(os.environ["DATABASE_URL"])
-            environment["DATABASE_URL"] = urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"]))
-        environment.update(env or {})
-        self.log = open(spool.parent / f"recorder-{spool.name}.log", "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "recorder", "--nice", "0", *args],
-            cwd=Path(__file__).resolve().parent.parent, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
-        )
+        self.log = open(log_path, "ab")
+        self.process = subprocess.Popen([sys.executable, "manage.py", *args], cwd=Path(__file__).resolve().parent.parent,
+                                        env=env, stdout=self.log, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
         self.log.flush()
@@ -201,6 +185,28 @@ class RecorderProcess:
                 self.process.kill()
                 self.process.wait(5)
         self.log.close()
+
+
+class RecorderProcess(LoggedProcess):
+    """`manage.py recorder` as production runs it, draining `spool` into the test database."""
+
+    def __init__(self, spool: Path, config_path: str | None, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        from django.db import connection
+
+        self.spool = spool
+        environment = dict(os.environ, EXTPROXY_SPOOL_DIR=str(spool), EXTPROXY_CONFIG=config_path or "")
+        if connection.vendor == "sqlite":
+            environment["EXTPROXY_SQLITE_PATH"] = str(connection.settings_dict["NAME"])
+        elif connection.vendor == "postgresql" and os.environ.get("DATABASE_URL"):
+            # DATABASE_URL names the production database; pytest-django made and switched to its
+            # test twin, which is where the test reads what the recorder wrote.
+            from urllib.parse import urlsplit, urlunsplit
+
+            url = urlsplit(os.environ["DATABASE_URL"])
+            environment["DATABASE_URL"] = urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"]))
+        environment.update(env or {})
+        self._start(["recorder", "--nice", "0", *args], environment, spool.parent / f"recorder-{spool.name}.log")
 
 
 def wait_for_drain(spool: Path, recorder_process: RecorderProcess | None, known: dict[str, int] | None = None,

@@ -6,32 +6,21 @@ behind a relay that stops answering: the feed shows the recorded calls and says 
 stream is away."""
 from __future__ import annotations
 
-from urllib.parse import urlparse
-
 import pytest
 import requests
 
 from tests.conftest import fixture_bytes
-from tests.processes import Installation
-from tests.tcprelay import FreezableRelay
 from tests.test_live_browser import ARGS, CHROMIUM
+from tests.test_redis_away_login import serving_behind_redis_relay
 
 pytestmark = pytest.mark.browser
-CONFIG = "backends:\n- name: builtin\n  policy: default\npolicies:\n  default:\n    rules:\n    - kind: resourceFit\n"
 POD = "trainer-7d9c5b6f8-b4x2s"  # the pod of filter-request.nodecache-false.json
 
 
 def test_the_feed_shows_recorded_calls_while_redis_does_not_answer(tmp_path, redis_url):
     from playwright.sync_api import expect, sync_playwright
 
-    target = urlparse(redis_url)
-    relay = FreezableRelay(target.hostname or "127.0.0.1", target.port or 6379)
-    installation = Installation(tmp_path, CONFIG, EXTPROXY_REDIS_URL=f"redis://127.0.0.1:{relay.port}{target.path}",
-                                EXTPROXY_CACHE_PREFIX=f"live-away-{tmp_path.name}")
-    try:
-        installation.manage("migrate", "--noinput", "-v", "0")
-        installation.manage("bootstrap")
-        installation.start_serving()
+    with serving_behind_redis_relay(tmp_path, redis_url) as (relay, installation):
         installation.start_recorder()
         for _ in range(3):
             answer = requests.post(installation.url + "/extender/builtin/filter", timeout=30,
@@ -54,23 +43,13 @@ def test_the_feed_shows_recorded_calls_while_redis_does_not_answer(tmp_path, red
             expect(page.locator("#conn")).to_have_attribute("data-state", "away", timeout=30_000)
             expect(page.locator("#conn")).to_contain_text("live stream unavailable")
             browser.close()
-    finally:
-        installation.close()
-        relay.close()
 
 
 def test_an_open_feed_says_so_when_redis_stops_answering_and_goes_live_again(tmp_path, redis_url):
     """An open socket kept saying "live" while its Redis hung: nothing arrived, nothing said why."""
     from playwright.sync_api import expect, sync_playwright
 
-    target = urlparse(redis_url)
-    relay = FreezableRelay(target.hostname or "127.0.0.1", target.port or 6379)
-    installation = Installation(tmp_path, CONFIG, EXTPROXY_REDIS_URL=f"redis://127.0.0.1:{relay.port}{target.path}",
-                                EXTPROXY_CACHE_PREFIX=f"live-away-{tmp_path.name}", EXTPROXY_LIVE_ECHO_SECONDS="2")
-    try:
-        installation.manage("migrate", "--noinput", "-v", "0")
-        installation.manage("bootstrap")
-        installation.start_serving()
+    with serving_behind_redis_relay(tmp_path, redis_url, EXTPROXY_LIVE_ECHO_SECONDS="2") as (relay, installation):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
             page = browser.new_page()
@@ -86,6 +65,3 @@ def test_an_open_feed_says_so_when_redis_stops_answering_and_goes_live_again(tmp
             relay.thaw()
             expect(conn).to_have_attribute("data-state", "live", timeout=40_000)
             browser.close()
-    finally:
-        installation.close()
-        relay.close()

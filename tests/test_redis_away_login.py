@@ -6,6 +6,8 @@ hung Redis) or refuses connections (a dead one): log-ins work, and the counting 
 process (wrong passwords still end in 429), so an outage opens no door to guessing."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlparse
 
 import pytest
@@ -15,6 +17,24 @@ from tests.processes import Installation
 from tests.tcprelay import FreezableRelay
 
 CONFIG = "backends:\n- name: builtin\n  policy: default\npolicies:\n  default:\n    rules:\n    - kind: resourceFit\n"
+
+
+@contextmanager
+def serving_behind_redis_relay(tmp_path, redis_url: str, **env: str) -> Iterator[tuple[FreezableRelay, Installation]]:
+    """A migrated installation's serving process whose Redis (cache and channel layer) is reached
+    through a relay the test can make hang or refuse; closed after."""
+    target = urlparse(redis_url)
+    relay = FreezableRelay(target.hostname or "127.0.0.1", target.port or 6379)
+    installation = Installation(tmp_path, CONFIG, EXTPROXY_REDIS_URL=f"redis://127.0.0.1:{relay.port}{target.path}",
+                                EXTPROXY_CACHE_PREFIX=f"redis-away-{tmp_path.name}", **env)
+    try:
+        installation.manage("migrate", "--noinput", "-v", "0")
+        installation.manage("bootstrap")
+        installation.start_serving()
+        yield relay, installation
+    finally:
+        installation.close()
+        relay.close()
 
 
 def login_form(url: str, password: str) -> int:
@@ -27,14 +47,7 @@ def login_form(url: str, password: str) -> int:
 
 @pytest.mark.parametrize("outage", ["hung", "refusing"])
 def test_operators_log_in_while_redis_is_away_and_guessing_is_still_throttled(tmp_path, redis_url, outage):
-    target = urlparse(redis_url)
-    relay = FreezableRelay(target.hostname or "127.0.0.1", target.port or 6379)
-    installation = Installation(tmp_path, CONFIG, EXTPROXY_REDIS_URL=f"redis://127.0.0.1:{relay.port}{target.path}",
-                                EXTPROXY_CACHE_PREFIX=f"redis-away-{tmp_path.name}", EXTPROXY_LOGIN_FAILURES="3")
-    try:
-        installation.manage("migrate", "--noinput", "-v", "0")
-        installation.manage("bootstrap")
-        installation.start_serving()
+    with serving_behind_redis_relay(tmp_path, redis_url, EXTPROXY_LOGIN_FAILURES="3") as (relay, installation):
         assert login_form(installation.url, "s3cret") == 302  # Redis there: as always
         if outage == "hung":
             relay.swallow()
@@ -48,6 +61,3 @@ def test_operators_log_in_while_redis_is_away_and_guessing_is_still_throttled(tm
                             timeout=30).status_code == 200
         assert login_form(installation.url, "s3cret") == 302
         assert [login_form(installation.url, "wrong") for _ in range(4)] == [200, 200, 200, 429]
-    finally:
-        installation.close()
-        relay.close()

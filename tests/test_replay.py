@@ -35,6 +35,18 @@ def developer(transactional_db):
     return user_client("developer")
 
 
+def gpu_with_filters(backend_server, proxy, write_config, calls: int, behaviours: dict | None = None):
+    """A names-only backend `gpu` behind a real proxy, and `calls` filter calls recorded through it:
+    (backend, config path, server)."""
+    backend = backend_server(behaviours or {"filter": pass_all})
+    path = write_config(config_for(backend.url, nodeCacheCapable=True))
+    server = proxy(path)
+    for _ in range(calls):
+        post(server, "/extender/gpu/filter", fixture_bytes(NAMES))
+    server.flush()
+    return backend, path, server
+
+
 def recorded(server, admin_client, verb: str | None = None) -> list[dict]:
     server.flush()
     query = f"?verb={verb}" if verb else ""

@@ -12,8 +12,8 @@ from django.db import connection
 
 from extproxy.models import Call, ReplayRun
 from tests.conftest import fixture_bytes, pass_all
-from tests.test_per_backend import config_for, post
-from tests.test_replay import NAMES, PRIORITIZE
+from tests.test_per_backend import post
+from tests.test_replay import PRIORITIZE, gpu_with_filters
 from tests.test_replay_command import replay
 
 CALLS = 105  # more than one read chunk of the selection (100)
@@ -36,12 +36,7 @@ def writing_elsewhere(handler, body: bytes) -> None:
 
 
 def test_a_run_of_many_calls_completes_while_another_connection_writes(backend_server, proxy, write_config):
-    backend = backend_server({"filter": pass_all})
-    path = write_config(config_for(backend.url, nodeCacheCapable=True))
-    server = proxy(path)
-    for _ in range(CALLS):
-        post(server, "/extender/gpu/filter", fixture_bytes(NAMES))
-    server.flush()
+    backend, path, server = gpu_with_filters(backend_server, proxy, write_config, CALLS)
     assert Call.objects.filter(is_replay=False).count() == CALLS
     backend.httpd.behaviours["filter"] = writing_elsewhere
 
@@ -57,12 +52,8 @@ def test_calls_recorded_while_a_run_goes_on_are_not_added_to_it(backend_server, 
     """The run is the selection as it stood when it started (its `total`): a call recorded
     meanwhile, past the page being read, is not replayed in it (with a selection open at the
     end, a run under steady traffic would otherwise never reach its end)."""
-    backend = backend_server({"filter": pass_all, "prioritize": pass_all})
-    path = write_config(config_for(backend.url, nodeCacheCapable=True))
-    server = proxy(path)
-    for _ in range(CALLS):
-        post(server, "/extender/gpu/filter", fixture_bytes(NAMES))
-    server.flush()
+    backend, path, server = gpu_with_filters(backend_server, proxy, write_config, CALLS,
+                                             {"filter": pass_all, "prioritize": pass_all})
     recorded_meanwhile = []
 
     def recording_another_call(handler, body: bytes) -> None:

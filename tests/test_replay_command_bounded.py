@@ -6,23 +6,15 @@ from __future__ import annotations
 import re
 
 from extproxy.models import Call
-
-from tests.conftest import fixture_bytes, pass_all
 from tests.test_combined import failing
-from tests.test_per_backend import config_for, post
-from tests.test_replay import NAMES
+from tests.test_replay import gpu_with_filters
 from tests.test_replay_command import replay
 
 CALLS = 23
 
 
 def test_the_table_says_how_many_changed_calls_and_calls_in_error_it_does_not_list(backend_server, proxy, write_config):
-    backend = backend_server({"filter": pass_all})
-    path = write_config(config_for(backend.url, nodeCacheCapable=True))
-    server = proxy(path)
-    for _ in range(CALLS):
-        post(server, "/extender/gpu/filter", fixture_bytes(NAMES))
-    server.flush()
+    backend, path, _ = gpu_with_filters(backend_server, proxy, write_config, CALLS)
 
     backend.httpd.behaviours["filter"] = failing({"gpu-node-1": "maintenance"})
     code, out, err = replay("--config", path, "--verb", "filter", "--rate", "0")

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from extproxy.shadowstats import read_state_file
-from tests.conftest import fixture_bytes, pass_all
+from tests.conftest import LoggedProcess, fixture_bytes, pass_all
 from tests.tcprelay import FreezableRelay
 from tests.test_database_hung import relay_to_database
 from tests.test_database_keepalive import wait_for, write_calls
@@ -33,7 +31,7 @@ pytestmark = [
 NODE_QUERY = b'FROM "extproxy_nodeobject"'  # replay/modes.node_objects_by_name's read
 
 
-class ShadowProcess:
+class ShadowProcess(LoggedProcess):
     """`manage.py shadow` following `spool`, its database through `relay`."""
 
     def __init__(self, spool: Path, config: dict, relay: FreezableRelay, deadline: str = "3") -> None:
@@ -47,29 +45,12 @@ class ShadowProcess:
         env = dict(os.environ, EXTPROXY_SPOOL_DIR=str(spool), EXTPROXY_CONFIG=str(config_path),
                    DATABASE_URL=f"postgresql://{credentials}@127.0.0.1:{relay.port}/{quote(db['NAME'])}",
                    EXTPROXY_DB_STATEMENT_DEADLINE=deadline, EXTPROXY_DB_CONNECT_TIMEOUT="2")
-        self.log = open(spool.parent / "shadow.log", "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "shadow", "--nice", "0", "--no-idle-class"],
-            cwd=Path(__file__).resolve().parent.parent, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self._start(["shadow", "--nice", "0", "--no-idle-class"], env, spool.parent / "shadow.log")
         self.spool = spool
         wait_for(lambda: read_state_file(spool).get("pid") == self.process.pid, 60)  # its first save: it follows
 
     def figures(self) -> dict:
         return read_state_file(self.spool).get("shadows", {}).get("gpu-next", {})
-
-    def output(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self.log.close()
 
 
 def names_only_call():
