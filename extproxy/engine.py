@@ -128,16 +128,23 @@ class Engine:
         """The call's bookkeeping, put aside until the next backend call (aside.py). With recording
         off only its duration waits: its bodies are let go now, not held until then."""
         if self.recorder.keeping:
-            aside.put(self._record, backend, verb, body, exchange, answered_status, answered_body)
+            slot = self._answered(exchange.started_at)
+            aside.put(self._record, backend, verb, body, exchange, answered_status, answered_body, slot)
         else:
             aside.put(self._observe, backend.name, verb, exchange.finished_at - exchange.started_at)
+
+    def _answered(self, started: float) -> int:
+        """The call is tallied as answered and not yet in the spool (recording/unsettled.py): a
+        SIGKILL before its record is built (it waits in the aside) or spooled leaves it counted."""
+        recorder = self.recorder
+        return recorder.answered(started) if isinstance(recorder, SpoolRecorder) else -1
 
     def _observe(self, backend: str, verb: Verb, seconds: float) -> None:
         if self.observes_backends:
             self._backend_duration(backend, verb).observe(seconds)
 
     def _record(self, backend: Backend, verb: Verb, body: bytes | BodyFeed, exchange: Exchange, answered_status: int,
-                answered_body: bytes | None) -> None:
+                answered_body: bytes | None, slot: int) -> None:
         self._observe(backend.name, verb, exchange.finished_at - exchange.started_at)
         try:
             # A fed request's parts are joined here, not on the way to the answer.
@@ -148,8 +155,9 @@ class Engine:
                 raise  # a replay's capture, a test's recorder: the caller must see it
             _ratelog.emit(logging.ERROR, "record-build", "recorder: could not build a %s call's record", verb,
                           exc_info=True)
-            self.recorder.drops.add("unencodable")
+            self.recorder.not_kept("unencodable", exchange.started_at, slot)
             return
+        trace.tally_slot = slot
         self.recorder.submit(trace)  # the shadow process finds the call in the spool
 
     async def _pass_on(self, rest: AsyncGenerator[bytes, None], backend: Backend, verb: Verb, body: bytes | BodyFeed,
@@ -186,8 +194,10 @@ class Engine:
         except Exception as exc:  # a bug must cost one call, never the process or its record
             _ratelog.emit(logging.ERROR, f"bug-{verb}-{type(exc).__name__}", "combined %s failed", verb, exc_info=True)
             reply, children = self._failure(verb, f"internal error: {type(exc).__name__}: {exc}"), []
+        slot = self._answered(started) if self.recorder.keeping else -1
         self.recorder.submit(
             Trace(
+                tally_slot=slot,
                 verb=verb,
                 backend="combined",
                 # The path the scheduler posts to (its urlPrefix ends in /extender): its own error

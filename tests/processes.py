@@ -251,19 +251,27 @@ class Postgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def stored_calls(installation: Installation) -> tuple[int, int]:
-    """(rows, distinct call ids) in the installation's database, read directly."""
-    query = "SELECT count(*), count(DISTINCT call_id) FROM extproxy_call"
+def _query(installation: Installation, query: str) -> list[tuple]:
     url = installation.env.get("DATABASE_URL")
     if url:
         import psycopg
 
         with psycopg.connect(url) as conn:
-            return conn.execute(query).fetchone()
+            return conn.execute(query).fetchall()
     import sqlite3
 
     with sqlite3.connect(installation.env["EXTPROXY_SQLITE_PATH"]) as conn:
-        return conn.execute(query).fetchone()
+        return conn.execute(query).fetchall()
+
+
+def stored_calls(installation: Installation) -> tuple[int, int]:
+    """(rows, distinct call ids) in the installation's database, read directly."""
+    return _query(installation, "SELECT count(*), count(DISTINCT call_id) FROM extproxy_call")[0]
+
+
+def recording_gaps(installation: Installation) -> dict[str, int]:
+    """Calls in the installation's gap rows, by reason, read directly."""
+    return dict(_query(installation, "SELECT reason, sum(calls) FROM extproxy_recordinggap GROUP BY reason"))
 
 
 def terminate(process: Process, timeout: float) -> int | None:

@@ -12,7 +12,10 @@ EXTPROXY_HANDOFF_BYTES of bodies), `spool-full` (the spool is at EXTPROXY_SPOOL_
 the alarm gauge `extproxy_spool_full` is 1 meanwhile), `spool-error` (the disk refused the
 write), `stopping` (a call answered after shutdown began and after the hand-off was closed).
 Each drop is also written down in the spool as a gap record (dropcount.py), so the recorder
-keeps it as a RecordingGap and exports of its time range say so.
+keeps it as a RecordingGap and exports of its time range say so. A call answered is tallied
+(`answered`) in the writer directory's memory-mapped tally until its record or drop is settled
+(unsettled.py): after a SIGKILL, the next writer of the directory counts what never reached
+the spool as `killed`.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from .spool import SpoolSettings
 from .gathered_write import SpoolWriteError
 from .spool_writer import SpoolWriter
 from .trace import Trace, encode_trace
+from .unsettled import Unsettled, slots_for
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,7 @@ class SpoolRecorder:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.writer: SpoolWriter | None = None
+        self._tally: Unsettled | None = None  # from start() on
         self._live: asyncio.AbstractServer | None = None
         _register(self)
 
@@ -98,6 +103,18 @@ class SpoolRecorder:
         """Whether `submit` keeps calls at all: when not, the engine builds no Trace."""
         return self.recording.enabled
 
+    def answered(self, started: float) -> int:
+        """A call is answered (its start, epoch seconds): tallied until its record reaches the
+        spool or its drop is counted. The slot goes with its Trace (`tally_slot`); -1 before
+        start() and after stop()."""
+        tally = self._tally
+        if tally is None:
+            return -1
+        try:
+            return tally.answered(started)
+        except ValueError:  # closed by stop() meanwhile: the call is dropped `stopping`, counted
+            return -1
+
     def submit(self, trace: Trace) -> bool:
         """Hand a trace over without blocking; False (and counted) when it is not kept."""
         if not self.recording.enabled:
@@ -105,10 +122,10 @@ class SpoolRecorder:
         size = trace.size()
         with self._lock:
             if self._closed:
-                self.drops.add("stopping", 1, trace.started_at)
+                self.not_kept("stopping", trace.started_at, trace.tally_slot)
                 return False
             if len(self._queue) >= self.max_calls or self._bytes + size > self.max_bytes:
-                self.drops.add("queue-full", 1, trace.started_at)
+                self.not_kept("queue-full", trace.started_at, trace.tally_slot)
                 return False
             self._queue.append(trace)
             self._bytes += size
@@ -123,6 +140,17 @@ class SpoolRecorder:
                 self._wake.set()
         return True
 
+    def not_kept(self, reason: str, started: float | None, slot: int) -> None:
+        """A call answered (tallied in `slot`) and not kept: counted, and mirrored in the tally,
+        before it is settled there."""
+        self.drops.add(reason, 1, started)
+        tally = self._tally
+        if tally is not None and slot >= 0:
+            try:
+                tally.settle(slot)
+            except ValueError:  # closed by stop() meanwhile
+                pass
+
     # lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         """Open the spool and start the spool-writer thread (and, on an event loop, the
@@ -134,6 +162,7 @@ class SpoolRecorder:
             if self._thread is not None or self._closed:
                 return
             self.writer = SpoolWriter(self.spool, self.writer_name)
+            self._take_over_tally(self.writer)
             self._thread = threading.Thread(target=self._run, name="extproxy-spool-writer", daemon=True)
             self._thread.start()
         try:
@@ -144,6 +173,21 @@ class SpoolRecorder:
 
         task = loop.create_task(start_listener(self.spool.root, self.writer.name))
         task.add_done_callback(self._listening)
+
+    def _take_over_tally(self, writer: SpoolWriter) -> None:
+        """A new tally in the writer directory; what the one before it left unsettled (its
+        process was killed) is counted now, as drops this process writes down."""
+        try:
+            tally = Unsettled(writer.directory, slots_for(self.max_calls))
+        except OSError as exc:  # recording goes on; only a kill's count is lost
+            log.error("recorder: no tally of unsettled calls in %s: %s", writer.directory, exc)
+            return
+        self.drops.attach(tally)
+        for drops in tally.left_behind(writer.resumed):
+            log.warning("recorder: %d calls (%s) answered by the last process of spool directory %s never "
+                        "reached the spool; counted as dropped", drops.calls, drops.reason, writer.name)
+            self.drops.add(drops.reason, drops.calls, drops.first_at, drops.last_at)
+        self._tally = tally
 
     def _listening(self, task: asyncio.Task) -> None:
         if task.cancelled() or task.exception() is not None:
@@ -168,8 +212,13 @@ class SpoolRecorder:
         if self._live is not None:
             self._live.close()
         if not done:  # the thread may have taken them from the queue: those it is writing count too
-            log.error("recorder: %d calls still in memory at shutdown were not spooled, %d drops not written down",
+            log.error("recorder: %d calls still in memory at shutdown were not spooled, %d drops not written down;"
+                      " the next process of this spool directory counts them as dropped (killed)",
                       len(self._queue) + self._in_flight, self.drops.pending)
+        elif self._tally is not None:  # every call settled: nothing in the tally to count
+            tally, self._tally = self._tally, None
+            self.drops.attach(None)
+            tally.close()
         return done
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -240,7 +289,18 @@ class SpoolRecorder:
                 backlog += len(payloads[-1])
             except Exception:  # a field of an unexpected type: a bug, counted, never fatal
                 log.exception("recorder: could not encode a %s call", trace.verb)
-                self.drops.add("unencodable", 1, trace.started_at)
+                self.not_kept("unencodable", trace.started_at, trace.tally_slot)
+        tally = self._tally
+        if tally is not None:
+            tally.writing([t.tally_slot for t in encoded], self.writer.seq + 1)
+        try:
+            return self._append_encoded(encoded, payloads)
+        finally:
+            if tally is not None:  # after their drops are counted: a kill in between counts twice, never not at all
+                tally.written()
+
+    def _append_encoded(self, encoded: list[Trace], payloads: list[bytes]) -> list[bool]:
+        assert self.writer is not None
         failed = 0
         try:
             accepted = self.writer.append(payloads)

@@ -95,6 +95,7 @@ class SpoolWriter:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock_fd, self.directory = self._claim(name)
         self.seq = self._resume(read_cursor(self.directory).seq)
+        self.resumed = self.seq  # the last record a writer before this one left whole (unsettled.py)
         while (self.directory / segment_name(self.seq + 1)).exists():
             # That file holds only a torn first frame of a writer that died (or a recycled
             # file it had not written to yet): never append after a torn frame; skip its

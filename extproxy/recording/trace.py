@@ -80,6 +80,9 @@ class Trace:
     # Findings the hot path already knows ({"kind", "detail"}), e.g. reply-truncated: then
     # response_body is only the reply's first EXTPROXY_MAX_REPLY_BYTES and cannot be judged.
     findings: list[dict[str, Any]] = field(default_factory=list)
+    # The call's slot in the serving process's tally of unsettled calls (unsettled.py); -1: none.
+    # Not spooled.
+    tally_slot: int = -1
 
     @property
     def truncated(self) -> bool:
