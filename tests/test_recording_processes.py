@@ -126,6 +126,24 @@ def test_it_counts_what_a_killed_serving_process_had_not_spooled(install):
     assert recording_gaps(inst) == ({"killed": drops["killed"]} if drops else {})
 
 
+def test_a_clean_stop_leaves_nothing_for_the_next_process_to_count(install):
+    """SIGTERM settles every call it tallied, in both forms: the next process finds nothing
+    left (a call counted `killed` here would be a call stored and counted lost)."""
+    inst = install()
+    inst.start_recorder()
+    inst.start_serving()
+    answered = Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=8).run(600).answered
+    answered += Load(f"{inst.url}/extender/filter", names_body(), concurrency=8).run(300).answered
+    assert terminate(inst.serving, GRACE_PERIOD) is not None
+    inst.start_serving()
+    answered += Load(f"{inst.url}/extender/gpu/filter", names_body(), concurrency=2).run(10).answered
+    inst.wait_drained()
+    from tests.processes import recording_gaps
+
+    assert dropped(inst) == {} and recording_gaps(inst) == {}
+    assert stored_calls(inst) == (answered, answered)
+
+
 def test_it_loses_nothing_when_the_recorder_is_killed(install):
     inst = install()
     inst.start_recorder()
