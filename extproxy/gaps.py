@@ -3,7 +3,8 @@ rows (reason, count, time range) so an export can say its range is not complete.
 
 Writers: the recorder process (`note_drops`, in the transaction of the batch that carried
 them): the serving process's drops from the gap records it spools (queue-full, spool-full,
-spool-error, stopping, unencodable: one row per reason per gap record, i.e. per second at most,
+spool-error, stopping, unencodable, and killed: what a killed process of the same spool
+directory left, recording/unsettled.py; one row per reason per gap record, i.e. per second at most,
 see recording/dropcount.py) and its own (torn, unreadable, unstorable: one row each), each row
 keyed by where its drop was found; retention (`note_gap`, reasons pruned-*, merged, no key; audit-pruned-age for the audit
 trail's own). Readers: export manifests (`gaps_overlapping`), GET /api/gaps/ (api/gaps.py), the
