@@ -21,6 +21,13 @@ from extproxy.recording.unsettled import KILLED, Unsettled
 STARTS = [1000.0 + i for i in range(10)]
 
 
+def in_place(directory, slots: int = 64) -> Unsettled:
+    """A tally that has become its directory's, as the serving process's does at start."""
+    tally = Unsettled(directory, slots)
+    tally.take_place()
+    return tally
+
+
 def killed(drops: list[Drops]) -> tuple[int, float, float] | None:
     found = [d for d in drops if d.reason == KILLED]
     assert len(found) <= 1
@@ -28,14 +35,14 @@ def killed(drops: list[Drops]) -> tuple[int, float, float] | None:
 
 
 def test_calls_answered_and_never_written_are_counted_with_their_start_times(tmp_path):
-    tally = Unsettled(tmp_path, 64)
+    tally = in_place(tmp_path)
     slots = [tally.answered(s) for s in STARTS[:5]]
     tally.settle(slots[1])  # its drop was counted: not the tally's any more
     assert killed(Unsettled(tmp_path, 64).left_behind(resumed=0)) == (4, 1000.0, 1004.0)
 
 
 def test_nothing_is_counted_after_a_clean_write(tmp_path):
-    tally = Unsettled(tmp_path, 64)
+    tally = in_place(tmp_path)
     slots = [tally.answered(s) for s in STARTS[:5]]
     tally.writing(slots, first_seq=11)
     tally.written()
@@ -43,7 +50,7 @@ def test_nothing_is_counted_after_a_clean_write(tmp_path):
 
 
 def test_a_write_under_way_counts_the_records_that_did_not_land(tmp_path):
-    tally = Unsettled(tmp_path, 64)
+    tally = in_place(tmp_path)
     slots = [tally.answered(s) for s in STARTS[:5]]
     tally.answered(STARTS[7])  # answered meanwhile: waiting, not in the write
     tally.writing(slots, first_seq=11)
@@ -52,7 +59,7 @@ def test_a_write_under_way_counts_the_records_that_did_not_land(tmp_path):
 
 
 def test_a_write_announced_and_not_begun_counts_all_its_calls_once(tmp_path):
-    tally = Unsettled(tmp_path, 64)
+    tally = in_place(tmp_path)
     slots = [tally.answered(s) for s in STARTS[:5]]
     tally.writing(slots, first_seq=11)
     assert killed(Unsettled(tmp_path, 64).left_behind(resumed=10))[0] == 5
@@ -61,7 +68,7 @@ def test_a_write_announced_and_not_begun_counts_all_its_calls_once(tmp_path):
 def test_a_kill_while_a_write_is_retired_counts_none_of_it(tmp_path):
     """written() ends the write in the header before it clears the calls one by one: a kill in
     between leaves calls marked with a finished write, which are settled."""
-    tally = Unsettled(tmp_path, 64)
+    tally = in_place(tmp_path)
     slots = [tally.answered(s) for s in STARTS[:5]]
     tally.writing(slots, first_seq=11)
     tally._header[4] = 0  # the first store of written(), and no more
@@ -69,7 +76,7 @@ def test_a_kill_while_a_write_is_retired_counts_none_of_it(tmp_path):
 
 
 def test_drops_not_yet_written_down_are_counted_under_their_own_reasons(tmp_path):
-    tally = Unsettled(tmp_path, 64)
+    tally = in_place(tmp_path)
     tally.drops_pending({"queue-full": [7, 1000.0, 1003.0]})
     tally.gap_writing([Drops("spool-full", 2, 990.0, 991.0)], seq=21)
     left = Unsettled(tmp_path, 64).left_behind(resumed=20)  # the gap record did not land
@@ -77,19 +84,30 @@ def test_drops_not_yet_written_down_are_counted_under_their_own_reasons(tmp_path
 
 
 def test_a_gap_record_that_landed_is_not_counted_again(tmp_path):
-    tally = Unsettled(tmp_path, 64)
+    tally = in_place(tmp_path)
     tally.gap_writing([Drops("spool-full", 2, 990.0, 991.0)], seq=21)
     assert Unsettled(tmp_path, 64).left_behind(resumed=21) == []
 
 
 def test_it_reads_a_tally_of_another_size_and_starts_a_new_one(tmp_path):
-    tally = Unsettled(tmp_path, 16)
+    tally = in_place(tmp_path, 16)
     for s in STARTS[:3]:
         tally.answered(s)
     bigger = Unsettled(tmp_path, 256)  # recording.queueSize changed between the two processes
     assert killed(bigger.left_behind(resumed=0))[0] == 3
     assert bigger.left_behind(resumed=0) == []  # read once
+    bigger.take_place()
     assert Unsettled(tmp_path, 256).left_behind(resumed=0) == []  # the new tally is empty
+
+
+def test_a_process_killed_while_it_takes_over_leaves_the_count_in_place(tmp_path):
+    """Until the new tally holds what the last one left, the last one stays the directory's:
+    a process killed before that point is followed by one that counts the same calls."""
+    tally = in_place(tmp_path)
+    for s in STARTS[:3]:
+        tally.answered(s)
+    Unsettled(tmp_path, 64).left_behind(resumed=0)  # read, and killed before take_place
+    assert killed(Unsettled(tmp_path, 64).left_behind(resumed=0))[0] == 3
 
 
 def test_what_a_sigkilled_process_answered_is_counted_by_the_next_one(tmp_path):

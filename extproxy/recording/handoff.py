@@ -187,6 +187,13 @@ class SpoolRecorder:
             log.warning("recorder: %d calls (%s) answered by the last process of spool directory %s never "
                         "reached the spool; counted as dropped", drops.calls, drops.reason, writer.name)
             self.drops.add(drops.reason, drops.calls, drops.first_at, drops.last_at)
+        try:
+            tally.take_place()  # only now: killed before, the next process counts them again
+        except OSError as exc:
+            log.error("recorder: no tally of unsettled calls in %s: %s", writer.directory, exc)
+            self.drops.attach(None)
+            tally.close()
+            return
         self._tally = tally
 
     def _listening(self, task: asyncio.Task) -> None:

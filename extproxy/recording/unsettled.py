@@ -24,7 +24,9 @@ A spool write (one batch of records) is announced in the header before its recor
 and written, and retired after: at recovery the records of the announced batch found in the
 spool (`resumed`, the last sequence number the new writer found) are the ones that landed.
 Records torn by the kill are counted here and may also be counted `torn` by the recorder:
-too high, never too low.
+too high, never too low. A new process makes its tally beside the last one (`unsettled.new`)
+and puts it in place only once it holds what the last one left: killed in between, the next
+process counts the same calls again, and none of them was written down yet.
 
 Must not touch the database or the spool's files other than its own.
 """
@@ -39,6 +41,7 @@ from pathlib import Path
 from .trace import Drops
 
 FILE_NAME = "unsettled"
+NEW_NAME = "unsettled.new"  # the next tally, until it holds what the last one left (take_place)
 MAGIC = 0x3173_6C74_7473_6E75  # "unsttls1" read little-endian: a file of this format
 HEADER = struct.Struct("=QQQQQQ")  # magic, slots, batch, batch_first_seq, batch_calls, gap_seq
 DROP_SLOTS = 8  # reasons mirrored (dropcount.py has fewer); more fold into the last slot
@@ -65,6 +68,7 @@ class Unsettled:
 
     def __init__(self, directory: Path, slots: int) -> None:
         self.path = directory / FILE_NAME
+        self._new: Path | None = directory / NEW_NAME
         self.slots = slots
         self._left: tuple[int, bytes] | None = None  # what a writer before this one left: (its slots, its bytes)
         self._map = self._open()
@@ -77,21 +81,32 @@ class Unsettled:
         self._batch_slots: list[int] = []
 
     def _open(self) -> mmap.mmap:
-        size = RING_AT + 16 * self.slots
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        """The last tally read whole, and a new one made beside it: the last one stays in place
+        until the new one holds what it left (take_place), so a kill in between counts it again."""
         try:
-            old = os.pread(fd, os.fstat(fd).st_size, 0)
-            if len(old) >= RING_AT:
-                magic, slots = HEADER.unpack_from(old)[:2]
-                if magic == MAGIC and len(old) >= RING_AT + 16 * slots:
-                    self._left = (slots, old)
-            os.ftruncate(fd, 0)  # a new tally: zeros throughout
-            os.ftruncate(fd, size)
-            mapped = mmap.mmap(fd, size)
+            with open(self.path, "rb") as f:
+                old = f.read()
+        except FileNotFoundError:
+            old = b""
+        if len(old) >= RING_AT:
+            magic, slots = HEADER.unpack_from(old)[:2]
+            if magic == MAGIC and len(old) >= RING_AT + 16 * slots:
+                self._left = (slots, old)
+        assert self._new is not None
+        fd = os.open(self._new, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, RING_AT + 16 * self.slots)  # zeros throughout
+            mapped = mmap.mmap(fd, RING_AT + 16 * self.slots)
         finally:
             os.close(fd)
         HEADER.pack_into(mapped, 0, MAGIC, self.slots, 0, 0, 0, 0)
         return mapped
+
+    def take_place(self) -> None:
+        """The new tally becomes the directory's (after what the last one left is counted in it)."""
+        if self._new is not None:
+            os.replace(self._new, self.path)
+            self._new = None
 
     # --- what a writer before this one left ---------------------------------------------
 
