@@ -124,6 +124,13 @@ def test_it_counts_what_a_killed_serving_process_had_not_spooled(install):
     from tests.processes import recording_gaps
 
     assert recording_gaps(inst) == ({"killed": drops["killed"]} if drops else {})
+    # An auditor's export of the whole range says what is missing, and that it is not complete.
+    out = inst.workdir / "calls.ndjson"
+    inst.manage("export", "-o", str(out), "--no-progress")
+    manifest = json.loads(out.with_name("calls.ndjson.manifest.json").read_text())
+    assert manifest["calls"] == rows
+    assert {g["reason"]: g["calls"] for g in manifest["gaps"]} == recording_gaps(inst)
+    assert manifest["complete"] is not drops
 
 
 def test_a_clean_stop_leaves_nothing_for_the_next_process_to_count(install):
