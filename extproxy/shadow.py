@@ -16,7 +16,8 @@ counted as dropped (`stale`), so a slow or dead shadow sheds load and the figure
 records whose segment the recorder deleted before the tail got there are counted as skipped
 (`deleted`). Reading a call's Node objects from the database (names to full objects) is bounded
 by EXTPROXY_DB_STATEMENT_DEADLINE as the recorder's writes are: past it that call is dropped
-(`database-deadline`), logged at most once a second, and the process goes on. A shadow that gave no answer at all BREAK_AFTER times in a row (down: refused,
+(`database-deadline`), logged at most once a second, and the process goes on; any other database
+error there makes that call an `error` and closes the thread's connection (the next call opens a new one). A shadow that gave no answer at all BREAK_AFTER times in a row (down: refused,
 reset) is rested, 1 s and doubling up to 30 s while it stays down: its calls meanwhile are
 dropped (`shadow-down`) without being decoded or judged, so a dead shadow costs next to nothing. Results are applied in spool order with the tail's position and saved with it
 (shadowstats.py), so a restart neither loses nor double-counts a call.
@@ -117,15 +118,17 @@ def in_mode_bounded(body: bytes, config: Any, verb: Verb, stop: threading.Event 
     never answers held the thread for ever, and once every call in flight was held so, the
     whole shadow process. Past the deadline DeadlinePassed is raised and the thread's connection
     is closed (the next read opens a new one); once `stop` (the process's) is set, Abandoned is
-    raised at once, so that a SIGTERM does not wait out the deadline."""
+    raised at once, so that a SIGTERM does not wait out the deadline. Any other database error
+    closes the thread's connection too before it is raised (the call is an `error`): Django
+    keeps a broken connection outside a request, so every later read on this thread failed."""
     from django.conf import settings
-    from django.db import connections
+    from django.db import Error, connections
 
     wrapper = connections["default"]  # this thread's own: the watchdog shuts its socket
     try:
         with Deadline(settings.EXTPROXY_DB_STATEMENT_DEADLINE, wrapper, stop, "shadow"):
             return in_mode(body, config, verb)
-    except (DeadlinePassed, Abandoned):
+    except (DeadlinePassed, Abandoned, Error):
         close_quietly(wrapper)
         raise
 

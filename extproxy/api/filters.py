@@ -67,13 +67,28 @@ def took_part(backend: str) -> Q:
     A side that holds no row for `backend` is left out of the query: the `or` of the two keeps
     the database from using either side's index, so a backend with no parts (a typo, a
     per-backend setup, a backend since removed) walked every call looking for one. Each check
-    is one probe of an index (call_backend_verb, part_backend_call)."""
+    is one probe of an index (call_backend_verb, part_backend_call).
+
+    A backend with its own calls only is bounded by its newest call: PostgreSQL's planner walks
+    the newest-first index expecting to meet a backend's calls early, and a backend whose calls
+    are all old (a per-backend setup since made combined, a backend since removed) was met only
+    after every newer call. From the bound the walk starts at its newest call."""
     if not BackendCall.objects.filter(backend=backend).exists():
-        return Q(backend=backend)
+        newest = newest_own_call(backend)
+        return Q(backend=backend) if newest is None else Q(backend=backend, started_at__lte=newest)
     parts = Q(Exists(BackendCall.objects.filter(call=OuterRef("pk"), backend=backend)))
     if not Call.objects.filter(backend=backend).exists():
         return parts
     return Q(backend=backend) | parts
+
+
+def newest_own_call(backend: str) -> datetime.datetime | None:
+    """When the newest call of `backend`'s own started (None: it has none): one probe of
+    call_backend_verb per verb. A max over all verbs at once is planned as the same walk of the
+    newest-first index that this bound is for."""
+    newest = [started for verb in Verb.values for started in Call.objects.filter(backend=backend, verb=verb)
+              .order_by("-started_at").values_list("started_at", flat=True)[:1]]
+    return max(newest, default=None)
 
 
 class IdsFilter(df.BaseInFilter, df.NumberFilter):

@@ -41,7 +41,7 @@ from ..redaction import bounded_text
 from . import diff as diffs
 from .cancel import Cancelled, check_cancelled
 from .modes import in_mode
-from .paging import in_pages
+from .paging import as_it_stands, in_pages
 from .targets import CaptureRecorder, TargetError, base_backend, replacing
 
 log = logging.getLogger(__name__)
@@ -354,7 +354,7 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
     from ..engine import get_engine
 
     config = config or get_engine().config
-    queryset = select_calls(run.selector)
+    queryset = as_it_stands(select_calls(run.selector))  # the total and the reads: one selection
     run.total = min(queryset.count(), MAX_CALLS_PER_RUN)
     run.status, run.started_at = "running", timezone.now()
     progress = Progress(run)

@@ -9,15 +9,24 @@
   const edges = data.edges;  // upper edge (ms) of each latency bucket
   const width = () => Math.min(520, Math.max(320, window.innerWidth / 3 - 40));
   const utc = (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC");  // axes say UTC: draw UTC
+  // Times as the rest of the dashboard shows them: 24-hour UTC (the live feed's clock, the pages'
+  // "Y-m-d H:i:s"). uPlot's own time labels are 12-hour ("1:45pm"), beside the heatmap's "13:45".
+  const clock = (ts) => new Date(ts * 1000).toISOString().slice(11, 16);
+  const MINUTE_STEPS = [60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];  // whole minutes: HH:MM is exact
+  const timeAxis = { label: "time (UTC)", labelSize: 18, incrs: MINUTE_STEPS, values: (u, ticks) => ticks.map(clock) };
   const dots = { show: true, size: 5 };  // a lone slot with calls still shows
   const fmtMs = (v) => (v == null ? "" : v >= 1000 ? (v / 1000).toPrecision(3) + " s" : v >= 1 ? v.toPrecision(3) + " ms" : v.toPrecision(2) + " ms");
 
   // What was drawn, for the browser tests (uPlot draws axis labels on its canvas).
+  // The charts themselves too: their time labels are the ones uPlot drew last (axes[0]._values).
   const drawn = window.__extproxyCharts = [];
+  const plots = window.__extproxyPlots = [];
   function plot(opts, columns, target, title) {
     drawn.push({ title: title, axes: opts.axes.map((a) => a.label), logY: !!(opts.scales.y && opts.scales.y.distr === 3),
       series: opts.series.map((s) => s.label) });
-    return new uPlot(opts, columns, target);
+    const chart = new uPlot(opts, columns, target);
+    plots.push(chart);
+    return chart;
   }
 
   function box(container, title) {
@@ -42,7 +51,7 @@
     return plot({
       width: width(), height: 220, series: series, legend: { live: false }, tzDate: utc,
       scales: { x: { time: true }, y: { distr: 3, log: 10 } },
-      axes: [{ label: "time (UTC)", labelSize: 18 },
+      axes: [timeAxis,
         { label: "latency (ms, log scale)", labelSize: 18, size: 60, values: (u, ticks) => ticks.map(fmtMs) }],
     }, columns, box(container, s.verb + ": latency percentiles"), s.verb + ": latency percentiles");
   }
@@ -56,7 +65,7 @@
         { label: "errors %", stroke: "#d33", scale: "pct", points: dots },
         { label: "timeouts %", stroke: "#a3c", scale: "pct", points: dots }],
       scales: { x: { time: true }, pct: { range: [0, 100] } },
-      axes: [{ label: "time (UTC)", labelSize: 18 }, { scale: "rate", label: "calls/s", labelSize: 18, size: 60 },
+      axes: [timeAxis, { scale: "rate", label: "calls/s", labelSize: 18, size: 60 },
         { scale: "pct", side: 1, label: "% of calls", labelSize: 18, size: 50, grid: { show: false } }],
     }, [t, s.points.map((p) => p.rate), s.points.map((p) => pct(p.error_rate)), s.points.map((p) => pct(p.timeout_rate))],
     box(container, s.verb + ": calls/s, errors and timeouts"), s.verb + ": rates");
@@ -97,10 +106,9 @@
       }
     }
     ctx.textAlign = "center"; ctx.textBaseline = "top";
-    const clock = (ts) => new Date(ts * 1000).toISOString().slice(11, 16);
-    const start = s.points[0].t - s.slot_seconds;
-    ctx.fillText(clock(start), left + 14, H - bottom + 4);
-    ctx.fillText(clock(s.points[slots - 1].t), W - right - 16, H - bottom + 4);
+    const times = [clock(s.points[0].t - s.slot_seconds), clock(s.points[slots - 1].t)];
+    ctx.fillText(times[0], left + 14, H - bottom + 4);
+    ctx.fillText(times[1], W - right - 16, H - bottom + 4);
     ctx.fillText("time (UTC), " + Math.round(s.slot_seconds / 60) + " min per column", (left + W) / 2, H - bottom + 18);
     ctx.save(); ctx.translate(12, (top + H - bottom) / 2); ctx.rotate(-Math.PI / 2);
     ctx.fillText("latency (ms, log)", 0, -6); ctx.restore();
@@ -109,7 +117,7 @@
     legend.textContent = "colour: calls per cell, log scale, from 1 (pale) to " + max + " (dark)" +
       (timeout ? "; dashed: httpTimeout " + fmtMs(timeout) : "");
     div.appendChild(legend);
-    drawn.push({ title: s.verb + ": heatmap", axes: ["time (UTC)", "latency (ms, log)"], logY: true, series: [] });
+    drawn.push({ title: s.verb + ": heatmap", axes: ["time (UTC)", "latency (ms, log)"], logY: true, series: [], times: times });
   }
 
   for (const container of document.querySelectorAll(".charts")) {

@@ -26,6 +26,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from extproxy.audit import Action, audit
 from extproxy.replay.diff import redaction_note
+from extproxy.replay.paging import as_it_stands
 from extproxy.replay.runner import Original, Replayer, Result, missing_calls, missing_words, run_replay, select_calls
 from extproxy.replay.targets import TargetError, check, load_rules, standing_in_for_selected
 from extproxy.replay.worker import beating
@@ -197,14 +198,15 @@ class Command(BaseCommand):
                     raise CommandError(f"--call: {words}; --allow-missing replays the others", returncode=2)
                 self.stderr.write(f"--call: {words}; replaying the others (--allow-missing)")
         try:
-            total = select_calls(selector).count()
+            selection = as_it_stands(select_calls(selector))  # the bar's total and the calls: one selection
+            total = selection.count()
         except ValidationError as exc:
             raise CommandError(f"bad selector: {exc.detail}", returncode=2) from None
         bar = ProgressBar(total, self.stderr)
         if options["no_record"]:
             replayer = Replayer(target, config, allow_bind=options["allow_bind"])
             try:
-                for call in select_calls(selector).iterator(chunk_size=100):
+                for call in selection.iterator(chunk_size=100):
                     summary.add(replayer.replay(Original.from_call(call)))
                     bar.step(summary)
             finally:
