@@ -131,7 +131,8 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
         nodes = [go_object(item) or {} for item in parts.nodes.items or ()]
         meta = parts.nodes.metadata
     pod = go_object(parts.pod_raw) or {}
-    return ExtenderArgs(pod=pod, nodes=nodes, node_names=parts.node_names, nodes_metadata=meta)
+    return ExtenderArgs(pod=pod, nodes=nodes, node_names=parts.node_names, nodes_metadata=meta,
+                        pod_identity=parts.pod_identity)
 
 
 @as_go_reads
