@@ -56,7 +56,9 @@ class PolicyBackend(Backend):
 
     def _filter(self, body: bytes) -> bytes:
         args = protocol.decode_extender_args(body)
-        self.pods.remember(args.pod)
+        # the pod's identity as the scheduler reads it from the bytes (a key spelled Metadata,
+        # given twice), not the dict's: it is what the scheduler's bind will name
+        self.pods.remember(args.pod, args.pod_identity[2])
         if args.nodes is None:
             return protocol.encode_filter_result(
                 protocol.FilterResult(None, None, {}, {}, "policy backends need full Node objects: register with nodeCacheCapable: false")
@@ -65,7 +67,7 @@ class PolicyBackend(Backend):
         passed = set(outcome.passed)
         # Hand back the scheduler's own objects, unchanged (reference 5.5).
         kept = [n for n in args.nodes if (n.get("metadata") or {}).get("name") in passed]
-        namespace, name, uid = protocol.pod_identity(args.pod)
+        namespace, name, uid = args.pod_identity
         self.bindable.allow(uid, namespace, name, outcome.passed)
         return protocol.encode_filter_result(
             protocol.FilterResult(kept, None, outcome.failed, outcome.unresolvable, "")
@@ -75,7 +77,7 @@ class PolicyBackend(Backend):
         args = protocol.decode_extender_args(body)
         if args.nodes is None:
             return protocol.encode_host_priority_list([])
-        namespace, name, uid = protocol.pod_identity(args.pod)
+        namespace, name, uid = args.pod_identity
         self.bindable.allow(uid, namespace, name, [(n.get("metadata") or {}).get("name") or "" for n in args.nodes])
         scores = self.policy.prioritize(args.pod, args.nodes)
         return protocol.encode_host_priority_list([protocol.HostPriority(h, s) for h, s in scores.items()])

@@ -11,7 +11,8 @@ goes in ``extproxy.semantics``.
 * ``envelope``: a message's top level: its values read once per owner, its keys as sent;
 * ``decode``: one exact decoder per message;
 * ``encode``: one encoder per message, byte-compatible with Go's json.Marshal;
-* ``merged``: a key given twice inside a Pod or Node, merged as Go decodes it;
+* ``merged``: a Pod or Node as a dict, as Go decodes it (spellings folded, repeats merged);
+* ``kubefields``: the Go types of the Pod's and Node's fields that decoding depends on;
 * ``raw``: the hot path's split of ExtenderArgs into parts kept as bytes, and the joins back.
 
 May import: the standard library and msgspec; nothing else of extproxy. The public names are

@@ -27,7 +27,6 @@ from .gojson import (
     _jkind,
     _object,
     _any_decoder,
-    _object_list,
     _pairs,
     _raw_list_decoder,
     _string,
@@ -38,6 +37,7 @@ from .gojson import (
     _type_error,
 )
 from .gostrings import as_go_reads
+from .kubefields import NODE, POD
 from .merged import decoded_into, go_object
 from .objects import Known, NodeListParts, RecentBytes, _node_list, identity_of
 from .repeats import GoSlice, object_into, strings_into
@@ -128,10 +128,11 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     parts = read_extender_args(body)
     nodes = meta = None
     if parts.nodes is not None:
-        nodes = [go_object(item) or {} for item in parts.nodes.items or ()]
+        nodes = [go_object(item, NODE) or {} for item in parts.nodes.items or ()]
         meta = parts.nodes.metadata
-    pod = go_object(parts.pod_raw) or {}
-    return ExtenderArgs(pod=pod, nodes=nodes, node_names=parts.node_names, nodes_metadata=meta)
+    pod = go_object(parts.pod_raw, POD) or {}
+    return ExtenderArgs(pod=pod, nodes=nodes, node_names=parts.node_names, nodes_metadata=meta,
+                        pod_identity=parts.pod_identity)
 
 
 @as_go_reads
@@ -172,7 +173,7 @@ def decode_filter_result(body: bytes, names_only: bool = False, keep_items: bool
         if names_only:
             item_names = node_list.names
         else:
-            nodes = [go_object(item) or {} for item in items or ()]  # repeated keys merged, as Go reads them
+            nodes = [go_object(item, NODE) or {} for item in items or ()]  # as Go reads them (merged.py)
     return FilterResult(
         nodes=nodes,
         node_names=names,
@@ -279,10 +280,24 @@ def _victims(raw: _Buf, where: str, field: str) -> Victims | None:
     n = 0
     for name, val in pairs:
         if name == "Pods":
-            pods = _object_list(val, f"Victims.{field}.Pods", "v1.Pod", "[]*v1.Pod") or []
+            pods = _victim_pods(val, f"Victims.{field}.Pods")
         else:
             n = _int64(val, f"Victims.{field}.NumPDBViolations", n)
     return Victims(pods, n)
+
+
+def _victim_pods(raw: _Buf, where: str) -> list[dict | None]:
+    """A []*v1.Pod, each Pod read as Go reads it (merged.py); a null one stays None."""
+    k = _jkind(raw)
+    if k == "null":
+        return []
+    if k != "array":
+        raise _type_error(k, where, "[]*v1.Pod")
+    items = [_trim(item) for item in _raw_list_decoder.decode(raw)]
+    for item in items:
+        if _jkind(item) not in ("object", "null"):
+            raise _type_error(_jkind(item), where, "v1.Pod")
+    return [go_object(item, POD) for item in items]
 
 
 def _meta_victims(raw: _Buf, where: str, field: str) -> MetaVictims | None:
@@ -342,8 +357,8 @@ def _pod(raw: _Buf, where: str, before: dict | None) -> dict | None:
         return None
     if k != "object":
         raise _type_error(k, where, "v1.Pod")
-    pod = go_object(_trim(raw))
-    return decoded_into(before, pod) if before is not None else pod
+    pod = go_object(_trim(raw), POD)
+    return decoded_into(before, pod, POD) if before is not None else pod
 
 
 @as_go_reads

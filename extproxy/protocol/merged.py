@@ -1,25 +1,30 @@
-"""A Pod's or a Node's JSON as a dict, a key given twice decoded as Go decodes it: merged.
+"""A Pod's or a Node's JSON as a dict, read as Go decodes it: spellings folded, repeats merged.
 
-json and msgspec keep a repeated key's last value. kube-scheduler's encoding/json decodes the
-later occurrence into the field as it stands (decode.go, ``object``): a struct (``metadata``,
-``spec``) keeps the earlier occurrence's fields and takes the later one's; a slice's elements
-are decoded into one by one (repeats.py); a string or a number takes the later value, and
-``null`` leaves it as it was. So ``{"metadata":{"name":"a"},"metadata":{"namespace":"x"}}`` is
-a Pod named a in namespace x for the scheduler, and a Pod with no name for a last-wins dict.
+json and msgspec keep a repeated key's last value, and each spelling of a key as its own key.
+kube-scheduler's encoding/json binds a key to a struct field by its exact name, else by its
+case-folded name, and decodes a later occurrence into the field as it stands (decode.go,
+``object``): a struct (``metadata``, ``spec``) keeps the earlier occurrence's fields and takes
+the later one's; a slice's elements are decoded into one by one (repeats.py); a map takes the
+later keys; a string or a number takes the later value. ``null`` sets a map, a pointer or a
+slice to nil and leaves anything else as it was. So ``{"metadata":{"name":"a"},"Metadata":
+{"namespace":"x"}}`` is a Pod named a in namespace x for the scheduler, and a Pod with no
+metadata for a last-wins dict.
 
-The proxy's Pods and Nodes are dicts without Go's types, so the rules follow the JSON: an
-object into an object merges, an array into an array is decoded element by element (its length
-the later one's; ``[]`` empties it), ``null`` sets an array to None (a nil slice) and leaves any
-other value as it was (as Go does for a string or a struct; a map or a pointer Go would set to
-nil), anything else replaces. Keys merge as spelled: a field spelled two ways (``metadata``,
-``Metadata``) stays two keys here; the identity (namespace, name, uid) is read from the bytes
-by identity.py, which folds them as Go does.
+Given the object's Go type (kubefields.POD, NODE), keys are folded to the field's name and
+``null`` follows the field's type; a map's keys stay as spelled (they are data). Where no type
+is described, the rules follow the JSON: an object into an object merges, an array into an
+array is decoded element by element (its length the later one's; ``[]`` empties it), ``null``
+sets an array to None (a nil slice) and leaves any other value as it was, anything else
+replaces. The identity (namespace, name, uid) is also read from the bytes by identity.py, for
+the callers that need nothing else.
 
 The usual object (no repeated key) costs one C decode and one C encode: written again
 compactly it is as long as it came only if no pair was dropped (nothing the encoder writes is
-longer than the JSON it was read from, once floats, the one exception, are refused).
+longer than the JSON it was read from, once floats, the one exception, are refused); then its
+described structs' keys are checked to be their fields' names (a set comparison each).
 
-May import: the standard library, msgspec and ``protocol.gojson``. No Django, no I/O.
+May import: the standard library, msgspec and ``protocol.gojson``, ``protocol.kubefields``.
+No Django, no I/O.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from typing import Any
 import msgspec
 
 from .gojson import _Buf, _any_decoder, _jkind, _pairs, _raw_list_decoder, _trim
+from .kubefields import NIL_ON_NULL, NODE, Map, Ptr, Shape, Slice, Struct
 
 
 class _Float(Exception):
@@ -43,18 +49,19 @@ _plain = msgspec.json.Decoder(float_hook=_refuse_float)
 _encoder = msgspec.json.Encoder()
 
 
-def go_object(raw: _Buf) -> Any:
-    """The value of ``raw`` (valid JSON), each repeated key merged as described above."""
+def go_object(raw: _Buf, shape: Shape = None) -> Any:
+    """The value of ``raw`` (valid JSON), read as described above; ``shape``: its Go type
+    (kubefields.POD or NODE), None for the rules of the JSON alone."""
     try:
         value = _plain.decode(raw)
         if len(_encoder.encode(value)) == len(raw):
-            return value  # compact, no key given twice: the usual object
+            return _shaped(value, shape) if shape is not None else value  # compact, no key given twice: the usual object
         compact = msgspec.json.format(raw, indent=-1)  # a Python backend's spaces taken out
         if len(compact) < len(raw):
-            return go_object(compact)
+            return go_object(compact, shape)
     except _Float:
         pass
-    return _by_pairs(_trim(raw))
+    return _by_pairs(_trim(raw), shape)
 
 
 def has_repeated_key(raw: _Buf) -> bool:
@@ -71,17 +78,66 @@ def has_repeated_key(raw: _Buf) -> bool:
     return _repeats(_trim(raw))
 
 
-def _by_pairs(raw: memoryview) -> Any:
+def _by_pairs(raw: memoryview, shape: Shape) -> Any:
     kind = _jkind(raw)
     if kind == "object":
+        struct = shape.to if isinstance(shape, Ptr) else shape
         out: dict[str, Any] = {}
         for key, val in _pairs(raw):
-            value = _by_pairs(_trim(val))
-            out[key] = decoded_into(out[key], value) if key in out else value
+            if isinstance(struct, Struct):
+                key, sub = struct.field(key)
+            else:
+                sub = None
+            value = _by_pairs(_trim(val), sub)
+            if isinstance(struct, Map):  # a map's element is a new value each time (mapElem)
+                out[key] = "" if value is None and struct.strings else value
+            else:
+                out[key] = decoded_into(out[key], value, sub) if key in out else value
         return out
     if kind == "array":
-        return [_by_pairs(_trim(item)) for item in _raw_list_decoder.decode(raw)]
+        elem = shape.elem if isinstance(shape, Slice) else None
+        return [_by_pairs(_trim(item), elem) for item in _raw_list_decoder.decode(raw)]
     return _any_decoder.decode(raw)
+
+
+def _shaped(value: Any, shape: Shape) -> Any:
+    """``value`` (each key given once) with its described structs' keys folded to their fields'
+    names, merged in document order where two spellings bind to one field, and a null string
+    in a map[string]string made ""; ``value`` itself (no copy) when nothing is to change, the
+    usual object: a set comparison for each struct, its inner structs' only."""
+    if isinstance(shape, Ptr):
+        shape = shape.to
+    if isinstance(shape, Struct):
+        if type(value) is not dict:
+            return value
+        if not value.keys() <= shape.exact:
+            return _folded(value, shape)
+        out = value
+        for key, sub in shape.nested:
+            inner = value.get(key)
+            if inner is not None:
+                done = _shaped(inner, sub)
+                if done is not inner:
+                    out = dict(value) if out is value else out
+                    out[key] = done
+        return out
+    if isinstance(shape, Slice):
+        if type(value) is not list:
+            return value
+        items = [_shaped(item, shape.elem) for item in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
+    if isinstance(shape, Map) and type(value) is dict and None in value.values():
+        return {key: "" if inner is None else inner for key, inner in value.items()}
+    return value
+
+
+def _folded(value: dict, shape: Struct) -> dict:
+    folded: dict[str, Any] = {}
+    for key, inner in value.items():
+        key, typed = shape.field(key)
+        inner = _shaped(inner, typed)
+        folded[key] = decoded_into(folded[key], inner, typed) if key in folded else inner
+    return folded
 
 
 def _repeats(raw: memoryview) -> bool:
@@ -96,17 +152,24 @@ def _repeats(raw: memoryview) -> bool:
     return False
 
 
-def decoded_into(old: Any, new: Any) -> Any:
-    """``old`` after a later occurrence of its key, ``new``, is decoded into it (see the module)."""
+def decoded_into(old: Any, new: Any, shape: Shape = None) -> Any:
+    """``old`` after a later occurrence of its key, ``new`` (read with ``shape`` already), is
+    decoded into it (see the module); ``shape``: the field's Go type, where described."""
     if new is None:
-        return None if isinstance(old, list) else old
+        return None if isinstance(old, list) or isinstance(shape, NIL_ON_NULL) else old
     if isinstance(old, dict) and isinstance(new, dict):
         out = dict(old)
+        if isinstance(shape, Map):  # the later keys' values replace (a map's element is new)
+            out.update(new)
+            return out
+        struct = shape.to if isinstance(shape, Ptr) else shape
         for key, value in new.items():
-            out[key] = decoded_into(out[key], value) if key in out else value
+            sub = struct.fields.get(key) if isinstance(struct, Struct) else None
+            out[key] = decoded_into(out[key], value, sub) if key in out else value
         return out
     if isinstance(old, list) and isinstance(new, list):
-        return [decoded_into(old[i], value) if i < len(old) else value for i, value in enumerate(new)]
+        elem = shape.elem if isinstance(shape, Slice) else None
+        return [decoded_into(old[i], value, elem) if i < len(old) else value for i, value in enumerate(new)]
     return new
 
 
@@ -115,4 +178,4 @@ def forwardable(raw: bytes) -> bytes:
     is given twice (its bytes as they came); else the value Go's decoding leaves, written
     compactly, which a reader that keeps a key's last occurrence (a Python backend) reads as Go
     reads ``raw`` (kube-scheduler decodes a reply, then encodes what it holds for the next one)."""
-    return _encoder.encode(go_object(raw)) if has_repeated_key(raw) else raw
+    return _encoder.encode(go_object(raw, NODE)) if has_repeated_key(raw) else raw

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .decode import read_extender_args
 from .encode import _enc, _sorted_map
+from .kubefields import POD
 from .merged import go_object
 
 
@@ -40,7 +41,7 @@ def split_extender_args(body: bytes, keep_items: bool = True) -> RawArgs:
     ``keep_items=False`` (the recorder): names only, ``items`` stays None.
     """
     parts = read_extender_args(body, keep_items)
-    pod = go_object(parts.pod_raw) or {}  # a key given twice merged, as the scheduler reads it
+    pod = go_object(parts.pod_raw, POD) or {}  # spellings folded, repeats merged: as the scheduler reads it
     if parts.node_names is not None:
         return RawArgs(pod, parts.pod_raw, parts.pod_identity, parts.node_names, None)
     if parts.nodes is None:

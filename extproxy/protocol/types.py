@@ -73,6 +73,8 @@ class ExtenderArgs:
     nodes: list[dict] | None
     node_names: list[str] | None
     nodes_metadata: dict | None = None
+    # (namespace, name, uid) as Go reads them from the request's bytes (identity.py)
+    pod_identity: tuple[str, str, str] = field(default=("", "", ""), compare=False)
 
 
 @dataclass

@@ -86,8 +86,8 @@ def _error_text(text: str, rules: RedactionConfig, echo: Echoes | None) -> str:
 
 
 def read_request(trace: Trace, memory: NodeDeduper | None = None) -> dict[str, Any]:
-    """Pod identity and node list of the request; `request_error` when the scheduler's
-    decoder would refuse it (a protocol error is a finding, not an undecodable record).
+    """Pod identity and node list of the request; `request_error` when the scheduler's decoder would refuse it;
+    `request_findings`, what the record says of the request (that error, a preempt request's null victims).
     `memory`: the writer's (the node names of NodeLists read before, by their bytes; the
     envelope it keeps for storing the body next)."""
     ident: dict[str, Any] = {"namespace": "", "name": "", "uid": "", "nodes": []}
@@ -110,9 +110,10 @@ def read_request(trace: Trace, memory: NodeDeduper | None = None) -> dict[str, A
             ns, name, uid = protocol.pod_identity(pargs.pod)
             ident.update(namespace=ns, name=name, uid=uid)
             ident["victims"] = _input_victims(pargs)
+            ident["request_findings"] = semantics.nil_victims_in_request(pargs)
             ident["nodes"] = list(ident["victims"])
     except protocol.ProtocolError as exc:
-        ident["request_error"] = str(exc)
+        ident.update(request_error=str(exc), request_findings=[{"kind": "bad-request", "detail": str(exc)}])
     return ident
 
 
@@ -225,8 +226,7 @@ def build_call(trace: Trace, rules: RedactionConfig, attempts: AttemptTracker, n
         node_pairs = _remembered(extras, "pairs", nodes, lambda: nodeindex.pairs_and_digest(decisions, ident["nodes"]))
     except Exception as exc:  # anything unreadable: the caller stores the raw record
         raise Undecodable(stage.kind, exc) from exc
-    if "request_error" in ident:
-        findings.append({"kind": "bad-request", "detail": ident["request_error"]})
+    findings += ident.get("request_findings", ())
     counts = _remembered(extras, "counts", nodes, lambda: Counter(map(_RESULT, own)))
     call = _new(
         Call,

@@ -6,7 +6,7 @@ scheduler rule goes here; how bytes become messages is ``extproxy.protocol``; ca
 
 * ``decision``: Outcome, Result and Decision, the words of a verdict;
 * ``judge``: how the scheduler reads ONE backend's reply to one verb;
-* ``nil_victims``: a preempt reply's null victims, which panic the scheduler;
+* ``nil_victims``: a preempt reply's null victims, which panic the scheduler, and a request's;
 * ``errors``: the error texts the proxy answers so the scheduler ends with the same error;
 * ``urls``: a URL with its password replaced, as errors and records show one;
 * ``interest``: which backends the scheduler calls, in which order;
@@ -68,6 +68,7 @@ from .errors import go_format_safe, not_called_error_text, reply_error_text
 from .filter import CombinedFilter, FilterChain, parallel_filter
 from .interest import interested, scheduler_order
 from .judge import SCORE_FACTOR, Verdict, judge_bind, judge_filter, judge_preempt, judge_prioritize
+from .nil_victims import nil_victims_in_request
 from .preempt import CombinedPreempt, PreemptChain
 from .prioritize import combine_prioritize, listed_hosts, prioritize_answer
 
@@ -82,6 +83,7 @@ __all__ = [
     "judge_bind",
     "judge_preempt",
     "go_format_safe",
+    "nil_victims_in_request",
     "reply_error_text",
     "not_called_error_text",
     "scheduler_order",

@@ -1,10 +1,10 @@
-"""A preempt reply's null victims: what kube-scheduler cannot read, and why it matters.
+"""A preempt exchange's null victims: what kube-scheduler cannot read, and why it matters.
 
 May import: the standard library and ``extproxy.protocol``. No Django, no I/O.
 """
 from __future__ import annotations
 
-from extproxy.protocol import MetaVictims
+from extproxy.protocol import MetaVictims, PreemptionArgs
 
 
 def nil_victims(reply: dict[str, MetaVictims | None]) -> list[dict]:
@@ -33,4 +33,23 @@ def nil_victims(reply: dict[str, MetaVictims | None]) -> list[dict]:
         found.append({"kind": "nil-victim", "detail": (
             f"victims of node {node!r} are {what}: kube-scheduler dereferences it in convertToVictims "
             "(pkg/scheduler/extender.go) and panics")})
+    return found
+
+
+def nil_victims_in_request(args: PreemptionArgs) -> list[dict]:
+    """A finding for each node whose victims in a preempt request hold a null pod. The
+    scheduler never sends one (its convertToMetaVictims, pkg/scheduler/extender.go, would
+    dereference it); a request that does comes from elsewhere, and its null pod is recorded as
+    a victim with UID "", which the finding says is no pod."""
+    found = []
+    lists = [("NodeNameToVictims", node, sum(pod is None for pod in v.pods), "*v1.Pod")
+             for node, v in (args.node_to_victims or {}).items() if v is not None]
+    lists += [("NodeNameToMetaVictims", node, mv.nil_pods, "*MetaPod")
+              for node, mv in (args.node_to_meta_victims or {}).items() if mv is not None]
+    for field, node, nils, gotype in lists:
+        if nils:
+            found.append({"kind": "nil-victim", "detail": (
+                f"the request's {field}[{node!r}].Pods holds {nils} null(s) (nil {gotype}), which "
+                "kube-scheduler never sends (convertToMetaVictims, pkg/scheduler/extender.go, would "
+                'dereference it): recorded as a victim with UID "", which is no pod')})
     return found
