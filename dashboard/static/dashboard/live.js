@@ -72,7 +72,13 @@
     // A backend of the combined form takes part in `combined` calls (part_backends names them).
     if (f.backend && call.backend !== f.backend && !(call.part_backends || []).includes(f.backend)) return false;
     if (f.latency_above && !(call.duration_ms > parseFloat(f.latency_above))) return false;
-    if (f.error && !(call.error || "").toLowerCase().includes(f.error.toLowerCase())) return false;
+    // As the server's `error`: the call's error, or one of its parts' (an ignorable backend's
+    // failure in the combined form is its part's alone).
+    if (f.error) {
+      const words = f.error.toLowerCase();
+      const texts = [call.error || ""].concat(call.part_errors || []);
+      if (!texts.some((t) => t.toLowerCase().includes(words))) return false;
+    }
     return true;
   }
 
