@@ -13,7 +13,8 @@
   const REFRESH_MS = 1000;    // how often attempts changed by the stream are re-told by the server
   const REFRESH_KEYS = 40;    // attempts re-told per refresh (the newest first)
   const SUMMARY_MS = 5000;
-  const FILTERS = ["pod", "namespace", "verb", "backend", "outcome", "node", "latency_above", "error"];
+  // `verdict` goes with `node`: arriving calls are checked against both by the server (nodeMatches).
+  const FILTERS = ["pod", "namespace", "verb", "backend", "outcome", "node", "verdict", "latency_above", "error"];
 
   const form = document.getElementById("filters");
   const el = (id) => document.getElementById(id);
