@@ -254,6 +254,11 @@ def _bind_step(call: Any, backends: Mapping[str, BackendConfig]) -> tuple[Step, 
         extender = next((b for b in children if b.outcome == "ok"), None)
         by = f"extender binder {extender.backend}" if extender else "the Kubernetes API (extproxy's combined bind)"
         counted = "bound" if call.outcome == "ok" else "error"
+        if counted == "error" and extender is None:
+            # A non-ignorable binder's failure is the answer's error (extproxy binds through the
+            # API only after an ignorable one failed): the step is that binder's, so the story
+            # does not send the operator to extproxy's API access for a backend's refusal.
+            extender = next((b for b in children if not _config(backends, b.backend).ignorable), None)
         step = Step("bind", extender.backend if extender else "combined", call.id, call.started_at,
                     _ms(call.started_at, call.finished_at), call.outcome, counted, error=call.error)
         return step, by if counted == "bound" else ""

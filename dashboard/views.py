@@ -13,6 +13,7 @@ from django.http import JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from extproxy.api.filters import VERDICTS
 from extproxy.models import Outcome, Verb
 from extproxy.redaction import url_without_password
 from extproxy.roles import Perm, requires
@@ -40,6 +41,7 @@ def live(request):
         "verbs": Verb.values,
         "outcomes": Outcome.values,
         "backends": [b.name for b in _backends()] + ["combined"],
+        "verdicts": [v for v, _ in VERDICTS],  # with node, as the API's `verdict`
         "filters": {k: request.GET.get(k, "") for k in FEED_FILTERS},
         "view": "calls" if request.GET.get("view") == "calls" else "attempts",
         "can_export": request.user.has_perm(Perm.EXPORT_CALLS),  # the export form under the filters
@@ -47,7 +49,7 @@ def live(request):
     return render(request, "dashboard/live.html", context)
 
 
-FEED_FILTERS = ("pod", "namespace", "verb", "backend", "outcome", "node", "latency_above", "error")
+FEED_FILTERS = ("pod", "namespace", "verb", "backend", "outcome", "node", "verdict", "latency_above", "error")
 
 
 def _feed(request, query, default_limit: int, max_limit: int) -> JsonResponse:

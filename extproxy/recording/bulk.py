@@ -57,10 +57,12 @@ def as_stored(summary: dict[str, Any]) -> dict[str, Any]:
 def live_summary(call, parts: list) -> dict[str, Any]:
     """What the live feed is sent of a stored call: its summary, and for a combined call the
     backends that took part, so that a feed filtered by one of them keeps the calls it took part
-    in (as the feed's history query does)."""
+    in (as the feed's history query does), and their parts' errors, so that a feed filtered by
+    error text keeps the calls an ignorable backend failed in (the answer's own error is empty)."""
     summary = as_stored(call.to_json())
     if parts:
         summary["part_backends"] = [part.backend for part in parts]
+        summary["part_errors"] = [storable_text(part.error) for part in parts if part.error]
     return summary
 
 

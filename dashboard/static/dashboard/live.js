@@ -13,7 +13,8 @@
   const REFRESH_MS = 1000;    // how often attempts changed by the stream are re-told by the server
   const REFRESH_KEYS = 40;    // attempts re-told per refresh (the newest first)
   const SUMMARY_MS = 5000;
-  const FILTERS = ["pod", "namespace", "verb", "backend", "outcome", "node", "latency_above", "error"];
+  // `verdict` goes with `node`: arriving calls are checked against both by the server (nodeMatches).
+  const FILTERS = ["pod", "namespace", "verb", "backend", "outcome", "node", "verdict", "latency_above", "error"];
 
   const form = document.getElementById("filters");
   const el = (id) => document.getElementById(id);
@@ -72,7 +73,13 @@
     // A backend of the combined form takes part in `combined` calls (part_backends names them).
     if (f.backend && call.backend !== f.backend && !(call.part_backends || []).includes(f.backend)) return false;
     if (f.latency_above && !(call.duration_ms > parseFloat(f.latency_above))) return false;
-    if (f.error && !(call.error || "").toLowerCase().includes(f.error.toLowerCase())) return false;
+    // As the server's `error`: the call's error, or one of its parts' (an ignorable backend's
+    // failure in the combined form is its part's alone).
+    if (f.error) {
+      const words = f.error.toLowerCase();
+      const texts = [call.error || ""].concat(call.part_errors || []);
+      if (!texts.some((t) => t.toLowerCase().includes(words))) return false;
+    }
     return true;
   }
 
