@@ -21,6 +21,7 @@ from typing import Any, Callable
 import msgspec
 
 from .protocol import LastObject, RecentBytes, go_key, object_keys, raw_object
+from .protocol.gojson import _fold
 
 SPLICED_MARK = b"S"
 # A reply's free text: a backend writes it, and it can echo what the Pod holds (an env value in
@@ -342,4 +343,5 @@ def _victim_pods(victims: Any) -> list[Any]:
     if not isinstance(victims, dict):
         return []
     entries = [e for e in victims.values() if isinstance(e, dict)]
-    return [pod for e in entries for pod in (e.get("Pods") or e.get("pods") or ())]
+    # Every key Go's decoder binds to Victims.Pods (exact, or folded: "pods", "PODS"): each is redacted.
+    return [pod for e in entries for key in e if _fold(key) == "PODS" for pod in (e[key] or ())]

@@ -25,6 +25,7 @@ What is redacted is set by `RedactionConfig`:
   reply, a reply cut short): the free-text rules, and by pattern what the rules above find in a
   decoded Pod: the values of listed annotation and label keys, every `"value"` string with
   `envValues`, the argument after a secret flag.
+Pod fields are found in every spelling Go's decoder binds to them (`Env`, `ENV`: objects.py).
 Function names here are stable: the recorder calls them. Works on decoded dicts in place; pure, no I/O.
 
 Modules (each imports only those above it): `escapes` (JSON's `\\uXXXX` and `\\/`, and a

@@ -264,6 +264,9 @@ def text_needs_redaction(raw: bytes, rules: RedactionConfig) -> bool:
     return pattern.search(lowered if is_lowered else raw) is not None
 
 
+_SECRET_FIELDS = re.compile(rb'"(?:env|args|command|httpheaders)"', re.IGNORECASE)  # ASCII case only: bytes
+
+
 def needs_redaction(raw: bytes, rules: RedactionConfig) -> bool:
     """Cheap byte test so unchanged Node objects are hashed without a decode/encode.
 
@@ -276,5 +279,8 @@ def needs_redaction(raw: bytes, rules: RedactionConfig) -> bool:
     pattern, lowered = _names_bytes(rules.name_patterns)
     if pattern.search(raw.lower() if lowered else raw):
         return True
-    return (b'"env"' in raw or b'"args"' in raw or b'"command"' in raw or b"://" in raw
-            or b'"httpHeaders"' in raw)
+    # The keys of the fields redact_object redacts, in any spelling Go's decoder binds to them
+    # (Env, ENV: objects.py), written with escapes (a key's \\u0065), or with the two runes
+    # Go folds to ASCII (U+017F to s, U+212A to K).
+    return bool(b"://" in raw or _SECRET_FIELDS.search(raw) or b"\\u" in raw
+                or b"\xc5\xbf" in raw or b"\xe2\x84\xaa" in raw)
