@@ -26,19 +26,23 @@ def refuse_all(handler, body):
     handler.answer(200, json.dumps(answer).encode())
 
 
-def test_a_pod_page_with_very_long_reasons_fits_the_window(
-    backend_server, proxy, write_config, viewer_login, browser_page  # noqa: F811 (fixtures)
-):
-    page = browser_page
-    backend = backend_server({"filter": refuse_all})
+def open_pod_page_after_a_filter(page, backend, proxy, write_config, login) -> None:
+    """One captured filter call through the real proxy to `backend`, recorded; then its pod's
+    page, logged in as `login` (username, password)."""
     server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
     args = fixture_json(NAMES)
     post(server.url, "/extender/gpu/filter", json.dumps(args).encode())
     server.flush()
     pod = args["Pod"]["metadata"]
-
-    log_in(page, server.url, viewer_login)
+    log_in(page, server.url, login)
     page.goto(server.url + f"/pods/{pod['namespace']}/{pod['name']}/")
+
+
+def test_a_pod_page_with_very_long_reasons_fits_the_window(
+    backend_server, proxy, write_config, viewer_login, browser_page  # noqa: F811 (fixtures)
+):
+    page = browser_page
+    open_pod_page_after_a_filter(page, backend_server({"filter": refuse_all}), proxy, write_config, viewer_login)
     assert LONG[:1000] in page.inner_text("#story")  # the reason is there, wrapped
     width, window = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert width <= window

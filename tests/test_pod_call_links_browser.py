@@ -4,18 +4,14 @@ before got a 403 for every call link on the page. Real backend on loopback, the 
 and recorder, Debian's chromium, users in their role groups."""
 from __future__ import annotations
 
-import json
-
 import pytest
 from django.contrib.auth.models import Group, User
 
-from tests.conftest import fixture_json, pass_all
-from tests.test_live_browser import browser_page, log_in, post  # noqa: F401 (fixture)
-from tests.test_per_backend import config_for
+from tests.conftest import pass_all
+from tests.test_live_browser import browser_page  # noqa: F401 (fixture)
+from tests.test_long_reasons_browser import open_pod_page_after_a_filter
 
 pytestmark = pytest.mark.browser
-
-NAMES = "captured-kube-scheduler-1.24/filter-request.nodecache-true.json"
 
 
 @pytest.fixture
@@ -31,15 +27,7 @@ def test_every_call_link_on_the_pod_page_opens_for_its_reader(
     backend_server, proxy, write_config, login, browser_page, role, opens  # noqa: F811 (fixture)
 ):
     page = browser_page
-    backend = backend_server({"filter": pass_all})
-    server = proxy(write_config(config_for(backend.url, nodeCacheCapable=True)))
-    args = fixture_json(NAMES)
-    post(server.url, "/extender/gpu/filter", json.dumps(args).encode())
-    server.flush()
-    pod = args["Pod"]["metadata"]
-
-    log_in(page, server.url, login)
-    page.goto(server.url + f"/pods/{pod['namespace']}/{pod['name']}/")
+    open_pod_page_after_a_filter(page, backend_server({"filter": pass_all}), proxy, write_config, login)
     link = page.locator("ol.attempts a", has_text="filter").first
     with page.expect_navigation():
         link.click()
