@@ -219,3 +219,36 @@ def test_it_renders_names_mode_records_and_the_whole_feed(scene):
     assert len(client.get("/feed/calls/").json()["results"]) == 8
     backends = page(client, "/backends/")
     assert "flaky" in backends and "zone" in backends
+
+
+BODY_COLUMNS = ("request_body", "response_body", "decisions_blob")
+
+
+def test_backends_page_lists_a_combined_parts_finding_without_reading_any_recorded_body(backend_server, proxy, write_config):
+    # The contract findings of the combined form's backends come from the parts of recent combined
+    # calls. Each full-object part and its call hold the bodies (a compressed 1,000-node request is
+    # about 100 kB): the page needs none of them, and read them all for up to 1,000 parts.
+    broken = backend_server({"filter": reply(500, "<html><b>gpu exploded</b></html>", "text/html")})
+    zone = backend_server({"filter": pass_all})
+    server = proxy(write_config({"backends": [
+        {"name": "gpu", "urlPrefix": broken.url, "filterVerb": "filter", "ignorable": True, "httpTimeout": "2s"},
+        {"name": "zone", "urlPrefix": zone.url, "filterVerb": "filter", "httpTimeout": "2s"},
+    ]}))
+    send(server, "/extender/filter", pod_request("trainer-g"))
+    server.flush()
+    client = viewer()
+
+    from django.db import connection
+
+    statements: list[str] = []
+
+    def spy(execute, sql, params, many, context):  # survives the request's reconnect, unlike the query log
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(spy):
+        body = page(client, "/backends/")
+    assert "non-200" in body and "gpu exploded" in body and "ml-team/trainer-g" in body
+    assert any("extproxy_backendcall" in sql for sql in statements)  # the parts were read
+    readers = [sql for sql in statements if any(c in sql for c in BODY_COLUMNS)]
+    assert readers == [], readers[0][:600] if readers else ""
