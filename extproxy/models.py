@@ -90,6 +90,8 @@ class Call(models.Model):
             models.Index(fields=["pod_namespace", "pod_name", "-started_at"], name="call_pod"),
             models.Index(fields=["backend", "verb", "-started_at"], name="call_backend_verb"),
             models.Index(fields=["outcome", "-started_at"], name="call_outcome"),
+            # `error=...` (api.filters.errors_containing) reads only the calls with an error
+            models.Index(fields=["-started_at", "-id"], condition=~models.Q(error=""), name="call_with_error"),
         ]
 
     def __str__(self) -> str:
@@ -122,7 +124,9 @@ class BackendCall(models.Model):
         ordering = ["started_at", "id"]
         # `backend=X` (api.filters.took_part): whether X has a part in a call, or all X's parts
         # for a rare X, from this index alone, not every part (figures: migration 0013).
-        indexes = [models.Index(fields=["backend", "call"], name="part_backend_call")]
+        # `error=...` (api.filters.errors_containing): only the parts with an error are read.
+        indexes = [models.Index(fields=["backend", "call"], name="part_backend_call"),
+                   models.Index(fields=["call"], condition=~models.Q(error=""), name="part_with_error")]
 
 
 def _iso(value) -> str:
@@ -153,21 +157,19 @@ def _call_fields(obj) -> dict:
 def call_to_json(call: Call, decisions: bool = False) -> dict:
     """The one JSON shape of a call: the REST API and the live stream both use it."""
     data = _call_fields(call)
-    data.update(
-        {
-            "form": call.form,
-            "pod": {"namespace": call.pod_namespace, "name": call.pod_name, "uid": call.pod_uid},
-            "attempt": call.attempt,
-            "node_count": call.node_count,
-            "passed_count": call.passed_count,
-            "failed_count": call.failed_count,
-            "unresolvable_count": call.unresolvable_count,
-            "response_status": call.response_status,
-            "findings": call.findings,
-            "is_replay": call.is_replay,
-            "replay_of": call.replay_of_id,
-        }
-    )
+    data.update({
+        "form": call.form,
+        "pod": {"namespace": call.pod_namespace, "name": call.pod_name, "uid": call.pod_uid},
+        "attempt": call.attempt,
+        "node_count": call.node_count,
+        "passed_count": call.passed_count,
+        "failed_count": call.failed_count,
+        "unresolvable_count": call.unresolvable_count,
+        "response_status": call.response_status,
+        "findings": call.findings,
+        "is_replay": call.is_replay,
+        "replay_of": call.replay_of_id,
+    })
     if decisions:
         data["decisions"] = _decisions(call.decisions_blob)
         if call.form == Form.COMBINED:
@@ -179,8 +181,6 @@ def backend_call_to_json(bc: BackendCall) -> dict:
     data = _call_fields(bc)
     data["findings"] = bc.findings
     return data
-
-
 
 
 class ConfiguredBackend(models.Model):
