@@ -10,8 +10,8 @@ scheduler's on both sides. Compared per (backend, node):
 * `rank`: a node's place among the call's own scores (1 = best, ties share a place);
 * `winner`: the best-scored node(s) of the call itself (prioritize: what the extenders add
   for the scheduler's choice), before and after;
-* `outcome` (ok, error, timeout; e.g. `outcome:ok->timeout`; then nothing else is compared, as
-  the scheduler drops a failed reply whole) and `error` text changes (but for the URL the
+* `outcome` (ok, error, timeout; e.g. `outcome:ok->timeout`; then no node is compared, as
+  the scheduler drops a failed reply whole, but the error texts and the parts are shown) and `error` text changes (but for the URL the
   text names as the one posted to: a replay against another build posts to another URL);
 * `part:<before>-><after>`: a combined call's part (one backend's) that went another way. The
   scheduler goes on without a failed prioritizer (or ignorable filter), so the call's own
@@ -128,8 +128,13 @@ def diff(before: Side, after: Side) -> Diff:
     if before.outcome != after.outcome:
         # The call itself went another way: its nodes' verdicts on the failing side are not the
         # scheduler's (it drops a failed reply whole), so they are not compared one by one.
+        # The error texts (not a kind of their own: the outcome's is the change) and the parts
+        # say why: "ok -> error" alone sent the developer to the replayed call to learn it.
         result.outcome = {"before": before.outcome, "after": after.outcome}
         result.kinds[f"outcome:{before.outcome}->{after.outcome}"] += 1
+        if before.error != after.error:
+            result.error = {"before": before.error, "after": after.error}
+        _compare_parts(result, before.parts, after.parts)
         return result
     if POSTED_TO.sub("<url>", before.error) != POSTED_TO.sub("<url>", after.error):
         result.error = {"before": before.error, "after": after.error}
