@@ -10,9 +10,14 @@ scheduler's on both sides. Compared per (backend, node):
 * `rank`: a node's place among the call's own scores (1 = best, ties share a place);
 * `winner`: the best-scored node(s) of the call itself (prioritize: what the extenders add
   for the scheduler's choice), before and after;
-* `outcome` (ok, error, timeout; e.g. `outcome:ok->timeout`; then nothing else is compared, as
-  the scheduler drops a failed reply whole) and `error` text changes (but for the URL the
-  text names as the one posted to: a replay against another build posts to another URL).
+* `outcome` (ok, error, timeout; e.g. `outcome:ok->timeout`; then no node is compared, as
+  the scheduler drops a failed reply whole, but the error texts and the parts are shown) and `error` text changes (but for the URL the
+  text names as the one posted to: a replay against another build posts to another URL);
+* `part:<before>-><after>`: a combined call's part (one backend's) that went another way. The
+  scheduler goes on without a failed prioritizer (or ignorable filter), so the call's own
+  outcome stays `ok` and the nodes alone would only say that backend's verdicts went missing
+  (`removed`), not that its replacement was down or too slow. A part one side did not make is
+  `absent`.
 
 Pure: no Django, no I/O. The per-node list is bounded (MAX_NODE_CHANGES); counts are not.
 """
@@ -58,6 +63,9 @@ class Side:
     outcome: str
     error: str
     decisions: list[dict]
+    # A combined call's parts: backend -> (outcome, error); None where not known (per-backend
+    # calls, the shadows), and then not compared.
+    parts: dict[str, tuple[str, str]] | None = None
 
 
 @dataclass
@@ -68,6 +76,7 @@ class Diff:
     outcome: dict | None = None
     error: dict | None = None
     winner: dict | None = None
+    parts: list[dict] = field(default_factory=list)  # {"backend","before","after","error_before","error_after"}
 
     @property
     def changed(self) -> bool:
@@ -80,6 +89,7 @@ class Diff:
             "outcome": self.outcome,
             "error": self.error,
             "winner": self.winner,
+            "parts": self.parts,
             "nodes": self.nodes,
             "more_nodes": self.more_nodes,
         }
@@ -118,17 +128,43 @@ def diff(before: Side, after: Side) -> Diff:
     if before.outcome != after.outcome:
         # The call itself went another way: its nodes' verdicts on the failing side are not the
         # scheduler's (it drops a failed reply whole), so they are not compared one by one.
+        # The error texts (not a kind of their own: the outcome's is the change) and the parts
+        # say why: "ok -> error" alone sent the developer to the replayed call to learn it.
         result.outcome = {"before": before.outcome, "after": after.outcome}
         result.kinds[f"outcome:{before.outcome}->{after.outcome}"] += 1
+        if before.error != after.error:
+            result.error = {"before": before.error, "after": after.error}
+        _compare_parts(result, before.parts, after.parts)
         return result
     if POSTED_TO.sub("<url>", before.error) != POSTED_TO.sub("<url>", after.error):
         result.error = {"before": before.error, "after": after.error}
         result.kinds["error"] += 1
+    _compare_parts(result, before.parts, after.parts)
     old, new = _by_key(before.decisions), _by_key(after.decisions)
     for key in list(old) + [k for k in new if k not in old]:
         _compare_node(result, key, old.get(key), new.get(key), before.verb == "preempt")
     _compare_ranks(result, before, after)
     return result
+
+
+ABSENT = ("absent", "")
+
+
+def parts_of(backend_calls: Iterable[Any]) -> dict[str, tuple[str, str]]:
+    """A combined call's parts (BackendCall rows, stored or not) as Side.parts takes them."""
+    return {part.backend: (part.outcome, part.error) for part in backend_calls}
+
+
+def _compare_parts(result: Diff, before: dict[str, tuple[str, str]] | None,
+                   after: dict[str, tuple[str, str]] | None) -> None:
+    if before is None or after is None:
+        return
+    for backend in list(before) + [b for b in after if b not in before]:
+        (was, was_error), (now, now_error) = before.get(backend, ABSENT), after.get(backend, ABSENT)
+        if was != now:
+            result.kinds[f"part:{was}->{now}"] += 1
+            result.parts.append({"backend": backend, "before": was, "after": now,
+                                 "error_before": was_error, "error_after": now_error})
 
 
 def _compare_node(result: Diff, key: tuple[str, str], was: dict | None, now: dict | None, preempt: bool) -> None:

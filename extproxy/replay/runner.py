@@ -75,13 +75,15 @@ class Original:
     # What redaction (or retention) changed in the request: the target gets those bytes, not the
     # scheduler's; empty when the request is as received.
     marks: list[str] = field(default_factory=list)
+    parts: dict[str, tuple[str, str]] | None = None  # a combined call's, as recorded (diff.Side.parts)
 
     @classmethod
     def from_call(cls, call) -> "Original":
         request = request_of(call)
         marks = [] if request.exact else diffs.kept_marks(request.marks or ["request not as received"])
+        parts = diffs.parts_of(call.backend_calls.only("backend", "outcome", "error")) if call.form == "combined" else None
         return cls(call.pk, call.verb, call.backend, call.form, request.data, call.outcome, call.error,
-                   call.decisions(), marks=marks)
+                   call.decisions(), marks=marks, parts=parts)
 
     @classmethod
     def from_fixture(cls, data: dict[str, Any]) -> "Original":
@@ -91,9 +93,11 @@ class Original:
         hint = dict(data.get("target") or {}, verb=call["verb"])
         # A fixture's redactions: the request's marks, then the response's ("response: ...").
         marks = [str(m) for m in data.get("redactions") or () if not str(m).startswith("response: ")]
+        parts = ({str(p["backend"]): (str(p["outcome"]), str(p.get("error") or "")) for p in data["backend_calls"]}
+                 if "backend_calls" in data else None)  # copyout.fixture: a combined call's parts
         return cls(call.get("id"), call["verb"], call["backend"], call.get("form", "per-backend"),
                    fixture_request_bytes(data), call["outcome"], call.get("error", ""), data.get("decisions") or [], hint,
-                   marks=diffs.kept_marks(marks))
+                   marks=diffs.kept_marks(marks), parts=parts)
 
 
 @dataclass
@@ -214,8 +218,9 @@ class Replayer:
             return Result("error", original, error=str(exc))
         except UNREADABLE as exc:
             return Result("error", original, error=f"the recorded call cannot be replayed: {type(exc).__name__}: {exc}")
-        before = diffs.Side(original.backend, original.verb, original.outcome, original.error, original.decisions)
-        after = diffs.Side(call.backend, call.verb, call.outcome, call.error, call.decisions())
+        parts = diffs.parts_of(children) if original.parts is not None else None
+        before = diffs.Side(original.backend, original.verb, original.outcome, original.error, original.decisions, original.parts)
+        after = diffs.Side(call.backend, call.verb, call.outcome, call.error, call.decisions(), parts)
         return Result("replayed", original, diffs.diff(before, after), call, children)
 
     def close(self) -> None:

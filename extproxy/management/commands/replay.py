@@ -60,6 +60,7 @@ class Summary:
                 if len(self.changed_calls) < SHOW_CHANGED:
                     self.changed_calls.append({"call": call, "verb": result.original.verb, "backend": result.original.backend,
                                                "kinds": dict(result.diff.kinds), "winner": result.diff.winner,
+                                               "error": result.diff.error, "parts": result.diff.parts,
                                                "note": redaction_note(result.original.marks)})
 
     @property
@@ -263,6 +264,12 @@ class Command(BaseCommand):
         for call in summary.changed_calls:
             kinds = ", ".join(f"{k} x{n}" for k, n in sorted(call["kinds"].items()))
             self.stdout.write(f"changed: call {call['call']} ({call['verb']} {call['backend']}): {kinds}")
+            # Why, under the kinds: a gate's reader has no run page to open.
+            if call["error"]:
+                self.stdout.write(f"  error: {call['error']['before'][:200]!r} -> {call['error']['after'][:200]!r}")
+            for part in call["parts"]:
+                self.stdout.write(f"  backend {part['backend']}: {part['before']} -> {part['after']}"
+                                  + (f": {part['error_after'][:200]}" if part["error_after"] else ""))
             if call["note"]:
                 self.stdout.write(f"  {call['note']}")
         # The lists are bounded: say so, or a reader takes the first SHOW_CHANGED for them all.
