@@ -402,6 +402,9 @@ if EXTPROXY_SPOOL_FSYNC not in ("always", "interval", "never"):
     raise ValueError(f"EXTPROXY_SPOOL_FSYNC={EXTPROXY_SPOOL_FSYNC!r}: expected always, interval or never")
 EXTPROXY_SPOOL_FSYNC_INTERVAL = float(os.environ.get("EXTPROXY_SPOOL_FSYNC_INTERVAL") or 1.0)
 EXTPROXY_SPOOL_WRITER = os.environ.get("EXTPROXY_SPOOL_WRITER") or "serve"
+# The recorder counts what a killed serving process left in a spool directory that no serving
+# process claims again, once two of its checks this far apart found it so (recording/abandoned.py).
+EXTPROXY_SPOOL_ABANDONED_SECONDS = float(os.environ.get("EXTPROXY_SPOOL_ABANDONED_SECONDS") or 30.0)
 # Finished segments the recorder keeps (renamed .free) for the serving process to overwrite
 # instead of filling new files; 0: it deletes them.
 EXTPROXY_SPOOL_RECYCLE_SEGMENTS = envint("EXTPROXY_SPOOL_RECYCLE_SEGMENTS", 4)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from extproxy.recording.trace import Drops
 from extproxy.recording.unsettled import KILLED, Unsettled
@@ -114,30 +115,7 @@ def test_what_a_sigkilled_process_answered_is_counted_by_the_next_one(tmp_path):
     """A real SIGKILL: the process answers 30 calls and hands 20 of them to the spool; the next
     SpoolRecorder of the same spool directory counts the other 10 as dropped (killed), writes
     them down as a gap record, and the records of the 20 are in the spool."""
-    script = textwrap.dedent(f"""
-        import os, signal
-        from pathlib import Path
-        import django
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "extproxy.settings")
-        django.setup()
-        from extproxy.config import RecordingConfig
-        from extproxy.recording import SpoolRecorder
-        from extproxy.recording.spool import SpoolSettings
-        from tests.test_recorder import make_trace
-
-        recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=Path({str(tmp_path / "spool")!r})))
-        recorder.start()
-        for i in range(30):
-            slot = recorder.answered(2000.0 + i)
-            if i < 20:
-                trace = make_trace()
-                trace.started_at, trace.tally_slot = 2000.0 + i, slot
-                recorder.submit(trace)
-        assert recorder.flush(10)
-        os.kill(os.getpid(), signal.SIGKILL)
-    """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=os.getcwd(), capture_output=True, timeout=60)
-    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+    killed_serving_process(tmp_path / "spool", "serve", answered=30, spooled=20, first=2000.0)
 
     from extproxy.config import RecordingConfig
     from extproxy.recording import SpoolRecorder
@@ -157,3 +135,32 @@ def test_what_a_sigkilled_process_answered_is_counted_by_the_next_one(tmp_path):
     gaps = [d for r in records if isinstance(r, list) for d in r]
     assert len(calls) == 20
     assert gaps == [Drops(KILLED, 10, 2020.0, 2029.0)]
+
+
+def killed_serving_process(root: Path, name: str, answered: int, spooled: int, first: float = 3000.0) -> None:
+    """A real process that writes into spool directory `name`, answers `answered` calls (started
+    at `first`, `first` + 1, ...), hands the first `spooled` to the spool, and is SIGKILLed."""
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        import django
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "extproxy.settings")
+        django.setup()
+        from extproxy.config import RecordingConfig
+        from extproxy.recording import SpoolRecorder
+        from extproxy.recording.spool import SpoolSettings
+        from tests.test_recorder import make_trace
+
+        recorder = SpoolRecorder(RecordingConfig(), SpoolSettings(root=Path({str(root)!r})), writer_name={name!r})
+        recorder.start()
+        for i in range({answered}):
+            slot = recorder.answered({first} + i)
+            if i < {spooled}:
+                trace = make_trace()
+                trace.started_at, trace.tally_slot = {first} + i, slot
+                recorder.submit(trace)
+        assert recorder.flush(10)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=os.getcwd(), capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]

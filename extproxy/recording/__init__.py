@@ -8,6 +8,7 @@ Modules, each owning one step (imports only go down this list, never up):
   observe    what /metrics and /readyz show: spool depth/bytes/age, the recorder's counters
   dropcount  the serving process's drops by reason, written down as gap records in the spool
   handoff    the hot path's `submit` and the spool-writer thread (serving process)
+  abandoned  what a killed serving process left where no serving process comes back: counted by the recorder
   caches     what is remembered by bytes: the size-bounded LRU, the redaction of a body's field
   blobs      compression, Node de-duplication, restoring stored bodies
   attempts   linking a pod's calls into scheduling attempts

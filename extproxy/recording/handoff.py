@@ -225,7 +225,7 @@ class SpoolRecorder:
         elif self._tally is not None:  # every call settled: nothing in the tally to count
             tally, self._tally = self._tally, None
             self.drops.attach(None)
-            tally.close()
+            tally.remove()
         return done
 
     def flush(self, timeout: float = 10.0) -> bool:

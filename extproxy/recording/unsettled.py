@@ -194,6 +194,12 @@ class Unsettled:
             view.release()
         self._map.close()
 
+    def remove(self) -> None:
+        """Closed, and its file gone: every call settled, nothing for a next writer to count. Only
+        a writer that died leaves a tally behind, which is how the recorder finds it (abandoned.py)."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
 
 def _put_drops(into: mmap.mmap, at: int, drops: list[Drops]) -> None:
     rows = list(drops[:DROP_SLOTS - 1])

@@ -29,7 +29,9 @@ from dashboard import rollup
 from extproxy.background import lower_priority, watch_parent
 from extproxy.heap import manage_heap
 from extproxy.config import load_config
+from extproxy.recording.abandoned import Reclaimer
 from extproxy.recording.live import recorder_publisher
+from extproxy.recording.spool import SpoolSettings
 from extproxy.recording.spool_reader import SpoolBusy
 from extproxy.recording.writer import Drainer
 
@@ -81,6 +83,8 @@ class Command(BaseCommand):
         # The dashboard's latency roll-up reads what this process writes: it runs here, at this
         # process's priority, rather than as a thread of the serving process beside the hot path.
         rollup.start()
+        # What a killed serving process left in a spool directory no serving process claims again.
+        Reclaimer(SpoolSettings.from_django(), config.recording, stop, settings.EXTPROXY_SPOOL_ABANDONED_SECONDS).start()
         log.info("recorder: draining %s (pid %d, %s)", root, os.getpid(), priority)  # every thread started
         try:
             drainer.until_idle = options["until_idle"]
