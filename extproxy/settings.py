@@ -272,6 +272,10 @@ EXTPROXY_MAX_BODY_BYTES = envint("EXTPROXY_MAX_BODY_BYTES", 64 * 1024 * 1024)
 # sends a few bytes at a time must not hold a connection and its buffer for ever.
 EXTPROXY_BODY_TIMEOUT = envfloat("EXTPROXY_BODY_TIMEOUT", 30.0)
 
+# Largest request body the dashboard, admin and API take (413 above it, before it is read:
+# ui_body_bound.py). None of them takes more than a form or a replay's selection.
+EXTPROXY_MAX_UI_BODY_BYTES = envint("EXTPROXY_MAX_UI_BODY_BYTES", 4 * 1024 * 1024)
+
 # --- hot path (issue 8b) ---
 # Most of one backend reply kept in memory for recording and combining. Per-backend form: a
 # larger reply is streamed through to the scheduler and only its first part is recorded (finding
