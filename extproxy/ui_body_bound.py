@@ -24,7 +24,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+# Not through Django's middleware, so the guards every response of the port carries are set here.
 _HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"x-content-type-options", b"nosniff"),
+            (b"x-frame-options", b"DENY"), (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
             (b"connection", b"close")]
 
 

@@ -55,6 +55,8 @@ def test_bodies_to_the_dashboard_port_are_bounded_in_size_and_time(tmp_path):
             answer = answer_of(sock)
         assert status_of(answer) == 413, answer[:300]
         assert b"EXTPROXY_MAX_UI_BODY_BYTES" in answer
+        assert b"\r\nx-frame-options: DENY\r\n" in answer.lower().replace(b"deny", b"DENY")
+        assert b"frame-ancestors 'none'" in answer
 
         # A chunked body (no length declared), anonymous, to the login form: cut at the bound.
         with socket.create_connection(address) as sock:
