@@ -278,6 +278,9 @@ EXTPROXY_BODY_TIMEOUT = envfloat("EXTPROXY_BODY_TIMEOUT", 30.0)
 # Largest request body the dashboard, admin and API take (413 above it, before it is read:
 # ui_body_bound.py). None of them takes more than a form or a replay's selection.
 EXTPROXY_MAX_UI_BODY_BYTES = envint("EXTPROXY_MAX_UI_BODY_BYTES", 4 * 1024 * 1024)
+# Largest request head (request line and headers) the main port reads: 431 and the connection
+# closed above it (header_bound.py). A browser's is a few KiB, kube-scheduler's a few hundred bytes.
+EXTPROXY_MAX_HEADER_BYTES = envint("EXTPROXY_MAX_HEADER_BYTES", 64 * 1024)
 
 # --- hot path (issue 8b) ---
 # Most of one backend reply kept in memory for recording and combining. Per-backend form: a

@@ -1,0 +1,79 @@
+"""The main port bounds a request's head before any of it reaches the application.
+
+uvicorn's httptools protocol kept every header with no bound: 200,000 headers (18 MiB) to
+/healthz, no login needed, were answered 200 and grew the serving process by 128 MB; one 20 MiB
+header likewise. A real serving process: a head over EXTPROXY_MAX_HEADER_BYTES, many headers or
+one long one, is answered 431 and the connection closed; a browser's log-in and a scheduler's
+call on a kept-alive connection still work."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+
+import requests
+
+from tests.conftest import fixture_bytes
+from tests.processes import Installation
+
+CONFIG = "backends:\n- name: builtin\n  policy: default\npolicies:\n  default:\n    rules:\n    - kind: resourceFit\n"
+LIMIT = 32 * 1024
+
+
+def send_head(port: int, head: bytes) -> bytes:
+    """Sends `head` (as much as the server reads) and returns what it answers before closing."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        try:
+            for start in range(0, len(head), 65536):
+                sock.sendall(head[start:start + 65536])
+        except (ConnectionResetError, BrokenPipeError):  # refused part-way: the answer is waiting
+            pass
+        sock.settimeout(60)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+                if b"\r\n\r\n" in answer:
+                    break
+        except ConnectionResetError:
+            pass
+        return answer
+
+
+def status_of(answer: bytes) -> int:
+    match = re.match(rb"HTTP/1\.1 (\d{3})", answer)
+    assert match, answer[:200]
+    return int(match.group(1))
+
+
+def test_a_request_head_over_the_bound_is_refused_431(tmp_path):
+    installation = Installation(tmp_path, CONFIG, os.environ.get("DATABASE_URL"), EXTPROXY_MAX_HEADER_BYTES=str(LIMIT))
+    try:
+        installation.manage("migrate", "--noinput", "-v", "0")
+        installation.manage("bootstrap")
+        installation.start_serving()
+        start = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        many = start + b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 80) for i in range(200_000)) + b"\r\n"
+        answer = send_head(installation.port, many)
+        assert status_of(answer) == 431, answer[:300]
+        one_long = start + b"X-Big: " + b"v" * (4 * 1024 * 1024) + b"\r\n\r\n"
+        assert status_of(send_head(installation.port, one_long)) == 431
+
+        # Under the bound, on one kept-alive connection: the scheduler's calls and a log-in.
+        with requests.Session() as scheduler:
+            body = fixture_bytes("filter-request.nodecache-true.json")
+            for _ in range(3):
+                answer = scheduler.post(installation.url + "/extender/builtin/filter", data=body, timeout=30,
+                                        headers={"Content-Type": "application/json", "X-Pad": "p" * (LIMIT // 2)})
+                assert answer.status_code == 200, answer.text[:300]
+                assert "Error" in json.loads(answer.content)
+        browser = requests.Session()
+        browser.get(installation.url + "/accounts/login/", timeout=30)
+        login = browser.post(installation.url + "/accounts/login/", timeout=30, allow_redirects=False,
+                             data={"username": "admin", "password": "s3cret",
+                                   "csrfmiddlewaretoken": browser.cookies["csrftoken"]})
+        assert login.status_code == 302, login.text[:300]
+        assert browser.get(installation.url + "/backends/", timeout=30).status_code == 200
+    finally:
+        installation.close()
