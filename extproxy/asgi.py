@@ -43,8 +43,9 @@ from .header_bound import install as bound_request_heads  # noqa: E402
 from .ui_body_bound import bound_bodies  # noqa: E402
 from .views import PREFIX, extender_app, refusal, respond  # noqa: E402
 
-# A request's head is bounded too, before any of it reaches an application (header_bound.py).
-bound_request_heads(lambda: settings.EXTPROXY_MAX_HEADER_BYTES)
+# A request's head is bounded too, in size and time, before any of it reaches an application
+# (header_bound.py).
+bound_request_heads(lambda: settings.EXTPROXY_MAX_HEADER_BYTES, lambda: settings.EXTPROXY_BODY_TIMEOUT)
 
 # Every body bound for Django (pages, admin, API, health) is bounded in size and time before
 # Django reads it to a temporary file (ui_body_bound.py).

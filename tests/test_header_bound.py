@@ -77,3 +77,38 @@ def test_a_request_head_over_the_bound_is_refused_431(tmp_path):
         assert browser.get(installation.url + "/backends/", timeout=30).status_code == 200
     finally:
         installation.close()
+
+
+def answer_when_closed(sock: socket.socket) -> bytes:
+    sock.settimeout(60)
+    answer = b""
+    try:
+        while chunk := sock.recv(65536):
+            answer += chunk
+    except ConnectionResetError:
+        pass
+    return answer
+
+
+def test_a_head_that_does_not_arrive_in_time_is_answered_408(tmp_path):
+    """A connection that sends nothing, or half a head, was kept open for as long as the client
+    liked (seen for 50 s): now EXTPROXY_BODY_TIMEOUT bounds it, on a new connection and on a
+    kept-alive one after its first answer."""
+    installation = Installation(tmp_path, CONFIG, os.environ.get("DATABASE_URL"), EXTPROXY_BODY_TIMEOUT="1")
+    try:
+        installation.manage("migrate", "--noinput", "-v", "0")
+        installation.start_serving()
+        address = ("127.0.0.1", installation.port)
+        with socket.create_connection(address) as silent:
+            assert status_of(answer_when_closed(silent)) == 408
+        with socket.create_connection(address) as slow:
+            slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            answer = answer_when_closed(slow)
+        assert status_of(answer) == 408, answer[:300]
+        assert b"EXTPROXY_BODY_TIMEOUT" in answer
+        with socket.create_connection(address) as kept:
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            answer = answer_when_closed(kept)
+        assert status_of(answer) == 200 and b"408 Request Timeout" in answer, answer[:600]
+    finally:
+        installation.close()
