@@ -7,6 +7,7 @@ one long one, is answered 431 and the connection closed; a browser's log-in and 
 call on a kept-alive connection still work."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -61,20 +62,24 @@ def test_a_request_head_over_the_bound_is_refused_431(tmp_path):
         assert status_of(send_head(installation.port, one_long)) == 431
 
         # Under the bound, on one kept-alive connection: the scheduler's calls and a log-in.
-        with requests.Session() as scheduler:
-            body = fixture_bytes("filter-request.nodecache-true.json")
-            for _ in range(3):
-                answer = scheduler.post(installation.url + "/extender/builtin/filter", data=body, timeout=30,
-                                        headers={"Content-Type": "application/json", "X-Pad": "p" * (LIMIT // 2)})
-                assert answer.status_code == 200, answer.text[:300]
-                assert "Error" in json.loads(answer.content)
-        browser = requests.Session()
-        browser.get(installation.url + "/accounts/login/", timeout=30)
-        login = browser.post(installation.url + "/accounts/login/", timeout=30, allow_redirects=False,
-                             data={"username": "admin", "password": "s3cret",
-                                   "csrfmiddlewaretoken": browser.cookies["csrftoken"]})
+        scheduler = http.client.HTTPConnection("127.0.0.1", installation.port, timeout=30)
+        body = fixture_bytes("filter-request.nodecache-true.json")
+        for _ in range(3):
+            scheduler.request("POST", "/extender/builtin/filter", body=body,
+                              headers={"Content-Type": "application/json", "X-Pad": "p" * (LIMIT // 2)})
+            answer = scheduler.getresponse()
+            content = answer.read()
+            assert answer.status == 200, content[:300]
+            assert "Error" in json.loads(content)
+        scheduler.close()
+        form = requests.get(installation.url + "/accounts/login/", timeout=30)
+        cookies = dict(form.cookies)
+        login = requests.post(installation.url + "/accounts/login/", timeout=30, allow_redirects=False, cookies=cookies,
+                              data={"username": "admin", "password": "s3cret", "csrfmiddlewaretoken": cookies["csrftoken"]})
+        cookies.update(login.cookies)
         assert login.status_code == 302, login.text[:300]
-        assert browser.get(installation.url + "/backends/", timeout=30).status_code == 200
+        assert requests.get(installation.url + "/backends/", cookies=cookies, timeout=30,
+                            allow_redirects=False).status_code == 200
     finally:
         installation.close()
 
