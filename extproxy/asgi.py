@@ -39,7 +39,18 @@ from .config import ConfigError  # noqa: E402
 from .database_down import websocket_outage_guard  # noqa: E402
 from .engine import get_engine  # noqa: E402
 from .replay.worker import get_worker  # noqa: E402
+from .header_bound import install as bound_request_heads  # noqa: E402
+from .ui_body_bound import bound_bodies  # noqa: E402
 from .views import PREFIX, extender_app, refusal, respond  # noqa: E402
+
+# A request's head is bounded too, in size and time, before any of it reaches an application
+# (header_bound.py).
+bound_request_heads(lambda: settings.EXTPROXY_MAX_HEADER_BYTES, lambda: settings.EXTPROXY_BODY_TIMEOUT)
+
+# Every body bound for Django (pages, admin, API, health) is bounded in size and time before
+# Django reads it to a temporary file (ui_body_bound.py).
+bounded_django_app = bound_bodies(django_app, lambda: settings.EXTPROXY_MAX_UI_BODY_BYTES,
+                                  lambda: settings.EXTPROXY_BODY_TIMEOUT)
 
 
 async def http_app(scope, receive, send):
@@ -49,7 +60,7 @@ async def http_app(scope, receive, send):
         else:
             await extender_app(scope, receive, send)
     else:
-        await django_app(scope, receive, send)
+        await bounded_django_app(scope, receive, send)
 
 
 async def elsewhere(send) -> None:

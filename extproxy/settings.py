@@ -251,6 +251,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # JSON nested too deeply is a 400, not a 500 (api/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["extproxy.api.parsers.BoundedJSONParser", "rest_framework.parsers.FormParser",
+                               "rest_framework.parsers.MultiPartParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_RATES": {"auth-token": os.environ.get("EXTPROXY_TOKEN_RATE", "30/min")},
 }
@@ -271,6 +274,13 @@ EXTPROXY_MAX_BODY_BYTES = envint("EXTPROXY_MAX_BODY_BYTES", 64 * 1024 * 1024)
 # Seconds an extender request's body may take to arrive in full (408 after it): a client that
 # sends a few bytes at a time must not hold a connection and its buffer for ever.
 EXTPROXY_BODY_TIMEOUT = envfloat("EXTPROXY_BODY_TIMEOUT", 30.0)
+
+# Largest request body the dashboard, admin and API take (413 above it, before it is read:
+# ui_body_bound.py). None of them takes more than a form or a replay's selection.
+EXTPROXY_MAX_UI_BODY_BYTES = envint("EXTPROXY_MAX_UI_BODY_BYTES", 4 * 1024 * 1024)
+# Largest request head (request line and headers) the main port reads: 431 and the connection
+# closed above it (header_bound.py). A browser's is a few KiB, kube-scheduler's a few hundred bytes.
+EXTPROXY_MAX_HEADER_BYTES = envint("EXTPROXY_MAX_HEADER_BYTES", 64 * 1024)
 
 # --- hot path (issue 8b) ---
 # Most of one backend reply kept in memory for recording and combining. Per-backend form: a

@@ -24,7 +24,6 @@ from typing import Any
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view, parser_classes, permission_classes
 from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
 from ..audit import Action, audit
@@ -36,6 +35,7 @@ from ..replay.targets import TargetError, check, standing_in_for_selected
 from ..replay.worker import beating, get_worker
 from ..roles import Perm
 from .bodies import MAX_ID, TRUE, flag, object_or_404
+from .parsers import BoundedJSONParser
 from .permissions import needs
 
 MAX_RATE = 200.0  # calls per second a run may ask for
@@ -172,7 +172,7 @@ def _rate(data: dict[str, Any]) -> float:
 @extend_schema(methods=["POST"], request=dict, responses={201: dict}, operation_id="replays_create")
 @api_view(["GET", "POST"])
 @permission_classes([CanReplay])
-@parser_classes([JSONParser])  # JSON only: no multipart uploads spooled to temporary files
+@parser_classes([BoundedJSONParser])  # JSON only: no multipart uploads spooled to temporary files
 def replays(request):
     if request.method == "GET":
         runs = ReplayRun.objects.select_related("created_by")[:100]
