@@ -99,3 +99,18 @@ def test_the_range_holds_the_calls_started_from_since_up_to_before_until(install
     shifted = datetime.fromisoformat(times[1].replace("Z", "+00:00")).astimezone(tz(timedelta(hours=-5)))
     offset = tmp_path / "offset.ndjson"
     assert export(installation, offset, "--since", shifted.isoformat(), "--until", times[3])["calls"] == 2
+
+
+@pytest.mark.parametrize("fmt", ["csv", "ndjson"])
+def test_a_file_whose_line_endings_were_changed_is_named_as_such(installation, tmp_path, fmt):
+    """A copy made in text mode on Windows (or saved by an editor) ends every line in CR LF: the
+    records are altered, and the check says how, not that line 1 is no header or no record."""
+    send(installation, 2)
+    out = tmp_path / f"calls.{fmt}"
+    done = subprocess.run([sys.executable, "manage.py", "export", "--format", fmt, "-o", str(out), "--no-progress"],
+                          cwd=ROOT, env=installation.env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    out.write_bytes(out.read_bytes().replace(b"\n", b"\r\n"))
+    done = subprocess.run([sys.executable, "manage.py", "verify_export", str(out)], cwd=ROOT, env=installation.env,
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "line 1: ends in CR LF" in done.stderr, done.stderr
