@@ -114,3 +114,31 @@ def test_a_file_whose_line_endings_were_changed_is_named_as_such(installation, t
     done = subprocess.run([sys.executable, "manage.py", "verify_export", str(out)], cwd=ROOT, env=installation.env,
                           capture_output=True, text=True)
     assert done.returncode == 1 and "line 1: ends in CR LF" in done.stderr, done.stderr
+
+
+def token_of(inst: Installation, role: str) -> str:
+    subprocess.run([sys.executable, "manage.py", "user", "add", "audrey", "--role", role, "--password-stdin"],
+                   cwd=ROOT, env=inst.env, input="pw-of-audrey-1", capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "manage.py", "token", "audrey"], cwd=ROOT, env=inst.env,
+                          capture_output=True, text=True, check=True)
+    return done.stdout.split()[-1]
+
+
+def test_a_range_whose_until_is_before_its_since_is_refused(installation, tmp_path):
+    """since and until swapped select nothing: a signed, verified 'complete' empty export of it
+    told the auditor the range had no calls. Both faces refuse it, naming the fields."""
+    start = datetime.now(tz.utc)
+    send(installation, 2)
+    end = datetime.now(tz.utc)
+    done = subprocess.run([sys.executable, "manage.py", "export", "-o", str(tmp_path / "swapped.ndjson"),
+                           "--no-progress", "--since", iso(end), "--until", iso(start)],
+                          cwd=ROOT, env=installation.env, capture_output=True, text=True)
+    assert done.returncode != 0 and "until is before since" in done.stderr, done.stderr
+    assert not (tmp_path / "swapped.ndjson.manifest.json").exists()
+    headers = {"Authorization": "Token " + token_of(installation, "auditor")}
+    swapped = requests.get(f"{installation.url}/api/export/", params={"since": iso(end), "until": iso(start)},
+                           headers=headers, timeout=30)
+    assert swapped.status_code == 400 and "until is before since" in swapped.json()["until"][0]
+    right = requests.get(f"{installation.url}/api/export/", params={"since": iso(start), "until": iso(end)},
+                         headers=headers, timeout=30)
+    assert right.status_code == 200 and len({json.loads(line)["call"] for line in right.content.splitlines()}) == 2
