@@ -242,6 +242,15 @@ def why_interrupted(exc: Exception, written: int) -> dict[str, Any]:
 # --- one export ------------------------------------------------------------------------------
 
 
+def range_problem(since: datetime | None, until: datetime) -> str | None:
+    """Why [since, until) cannot be exported, or None. Swapped, the two select nothing, and a
+    signed empty export that verifies as complete would tell an auditor the range had no calls."""
+    if since is not None and until < since:
+        return f"until is before since ({_iso(until)} < {_iso(since)}): the range holds nothing; swapped?"
+    return None
+
+
+
 @dataclass
 class ExportRun:
     """One export in progress: what it is, who asked, the running chain and counts."""

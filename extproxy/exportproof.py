@@ -262,6 +262,10 @@ def verify(stream: BinaryIO, manifest: dict[str, Any], trust: Trust) -> Verdict:
         return Verdict(False, str(exc), exc.line)
 
 
+# Exports end lines in LF; a text-mode copy or an editor makes that CR LF: say so, not "not a record".
+CRLF_CHANGED = "ends in CR LF where the export wrote LF: its line endings were changed (a text-mode copy, an editor)"
+
+
 def _check_records(lines: Iterator[tuple[int, bytes, bool]], fmt: str, columns: list[str],
                    manifest: dict[str, Any], whole: Any) -> Verdict:
     previous = chain_start(str(manifest.get("export_id")), fmt, columns)
@@ -269,9 +273,12 @@ def _check_records(lines: Iterator[tuple[int, bytes, bool]], fmt: str, columns: 
     if fmt == "csv":
         header = next(lines, None)
         if header is None or header[1] != ",".join(columns + ["hash"]).encode():
-            return Verdict(False, "line 1: not the header this manifest's columns make", 1)
+            why = CRLF_CHANGED if header and header[1].endswith(b"\r") else "not the header this manifest's columns make"
+            return Verdict(False, f"line 1: {why}", 1)
     mark = None
     for number, line, ended in lines:
+        if line.endswith(b"\r"):  # a record ends in its hash (hex), a mark in a letter or "}": never CR
+            return Verdict(False, f"line {number}: {CRLF_CHANGED}", number)
         if mark is not None:
             return Verdict(False, f"line {number}: a line after the mark that the export was interrupted "
                                   f"(added)", number)

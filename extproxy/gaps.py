@@ -148,8 +148,10 @@ def still_open(until: datetime) -> dict[str, Any] | None:
 
     The spool holds calls answered and not yet stored (the recorder behind, or the database
     away): the oldest of them was appended at T, so every call not yet stored started after
-    T - SETTLE_SECONDS (the stored-up-to point). A range ending later is still open. Not
-    covered: calls in flight, or in a serving process's hand-off (a tick), as the export starts.
+    T - SETTLE_SECONDS (the stored-up-to point). A range ending later is still open. So is a
+    range that ends after now (an `until` in the future): the calls made in it from now on
+    cannot be in this export, and a later export of the same range holds more. Not covered:
+    calls in flight, or in a serving process's hand-off (a tick), as the export starts.
     """
     from django.conf import settings
 
@@ -160,13 +162,16 @@ def still_open(until: datetime) -> dict[str, Any] | None:
     except Exception as exc:  # asked after the file was sent: the manifest must still be made
         return {"reason": f"the spool could not be read ({type(exc).__name__}: {exc}): calls may still arrive",
                 "undrained": None, "stored_up_to": None}
-    if not status.depth:
-        return None
-    stored_up_to = timezone.now() - timedelta(seconds=status.oldest_age + SETTLE_SECONDS)
-    if until <= stored_up_to:
-        return None
-    return {"reason": "calls not yet stored (spool backlog)", "undrained": status.depth,
-            "stored_up_to": _iso(stored_up_to)}
+    now = timezone.now()
+    if status.depth:
+        stored_up_to = now - timedelta(seconds=status.oldest_age + SETTLE_SECONDS)
+        if until > stored_up_to:
+            return {"reason": "calls not yet stored (spool backlog)", "undrained": status.depth,
+                    "stored_up_to": _iso(stored_up_to)}
+    if until > now:
+        return {"reason": f"the range has not ended (it ends at {_iso(until)}): calls made in it after the "
+                          f"export started are not in it", "undrained": 0, "stored_up_to": _iso(now)}
+    return None
 
 
 def _iso(value: datetime | None) -> str | None:

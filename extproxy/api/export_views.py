@@ -71,6 +71,9 @@ class _ExportView(generics.GenericAPIView):
         cleaned = filterset.form.cleaned_data
         since, until = cleaned.get("since"), cleaned.get("until") or timezone.now()
         since, until = (since.astimezone(dt.timezone.utc) if since else None), until.astimezone(dt.timezone.utc)
+        problem = export.range_problem(since, until)
+        if problem is not None:
+            raise ValidationError({"until": [problem]})
         end = {f"{self.time_field}__lt": until}  # a fixed end: what "now" was
         queryset = filterset.qs.filter(**end)
         unindexed = getattr(filterset, "unindexed", None)

@@ -87,6 +87,9 @@ class Command(BaseCommand):
         until = (filterset.form.cleaned_data.get("until") or timezone.now()).astimezone(dt.timezone.utc)
         since = filterset.form.cleaned_data.get("since")
         since = since.astimezone(dt.timezone.utc) if since else None
+        problem = export.range_problem(since, until)
+        if problem is not None:
+            raise CommandError(problem)
         end = {f"{time_field}__lt": until}
         queryset = queryset.filter(**end)
         unindexed = getattr(filterset, "unindexed", None)
