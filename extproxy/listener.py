@@ -17,7 +17,8 @@ certificates via `ssl`; the source allowlist and the client certificate's names 
 both set in asgi.py's lifespan).
 
 Bounds: a request body over EXTPROXY_MAX_BODY_BYTES is refused with 413 as soon as that is
-known (Content-Length, or while reading a chunked body) and the connection is closed; one
+known (Content-Length, or while reading a chunked body) and the connection is closed, a URL over
+MAX_URL_BYTES with 414 as it arrives (no header is kept but the length and Expect); one
 request at a time per connection (reading pauses when bytes of a next request arrive while one
 is served, so pipelined requests wait in the socket); an idle keep-alive connection is closed
 after IDLE_SECONDS; streamed answers (a reply over EXTPROXY_MAX_REPLY_BYTES) respect the
@@ -54,6 +55,9 @@ Allow = Callable[[asyncio.BaseTransport], "str | None"]
 # Requests from this size on start their backend call at their head (module docstring). Below it a
 # request comes in one or two reads, and the whole body costs one write instead of one per part.
 FEED_BYTES = 256 * 1024
+# The scheduler's URLs are its urlPrefix's path and a verb. A longer one is refused (414) as it
+# arrives: it was kept whole until its head ended, however long the client made it.
+MAX_URL_BYTES = 8192
 
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
@@ -157,6 +161,7 @@ class ExtenderProtocol(asyncio.Protocol):
         self._length = -1  # the Content-Length (-1: none)
         self._over = False
         self._expect_continue = False
+        self._over_url = False
 
     # asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -185,6 +190,9 @@ class ExtenderProtocol(asyncio.Protocol):
             self._refuse(refusal(400, "protocol upgrades are not served on the extender port", "bad-http"))
         except httptools.HttpParserError as exc:
             self._refuse(refusal(400, f"bad HTTP request: {exc}", "bad-http"))
+            return
+        if self._over_url and not self._closing:  # a URL that goes on past this read
+            self._refuse(refusal(414, f"request URL over {MAX_URL_BYTES} bytes", "bad-http"))
             return
         if self._in_message and self._body_timer is None and not self._closing:
             # A request that did not arrive whole in one read (the usual one does): 408 after the
@@ -221,6 +229,9 @@ class ExtenderProtocol(asyncio.Protocol):
                              "body-timeout"))
 
     def on_url(self, url: bytes) -> None:
+        if len(self._url) + len(url) > MAX_URL_BYTES:
+            self._over_url = True  # refused once this read is parsed (data_received)
+            return
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -234,6 +245,9 @@ class ExtenderProtocol(asyncio.Protocol):
             self._expect_continue = True
 
     def on_headers_complete(self) -> None:
+        if self._over_url:
+            self._refuse(refusal(414, f"request URL over {MAX_URL_BYTES} bytes", "bad-http"))
+            return
         if self._over:  # refused before reading the body
             self._refuse(too_large(self._limit))
             return

@@ -292,3 +292,20 @@ def test_it_serves_the_combined_form(backend_server, listening, write_config):
     from extproxy.models import Call
 
     assert Call.objects.get().backend == "combined"
+
+
+def test_it_refuses_a_url_past_its_bound_as_it_arrives(backend_server, listening, write_config):
+    # The URL was kept whole until its head ended: a client sending megabytes of it, and never
+    # the end, grew the connection's buffer for as long as it liked.
+    backend = backend_server({"filter": pass_all})
+    server, base = listening(write_config(config_for(backend.url)))
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST /extender/gpu/filter?" + b"a" * 20_000)  # the head never ends
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 414 ") and b"request URL over 8192 bytes" in answer
+    whole = exchange_raw(port, b"POST /extender/gpu/filter?" + b"b" * 9000 + b" HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 2\r\n\r\n{}", 1)
+    assert whole.count(b"HTTP/1.1 ") == 1 and whole.startswith(b"HTTP/1.1 414 ")  # one answer, the refusal
+    assert backend.received == []
+    assert post(base, "/extender/gpu/filter", b'{"NodeNames":["a"]}').status_code == 200
