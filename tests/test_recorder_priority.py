@@ -20,9 +20,10 @@ pytestmark = [
 ]
 
 CONFIG = "backends:\n- name: gpu\n  urlPrefix: http://127.0.0.1:9/scheduler\n  filterVerb: filter\n"
-# main, parent watch, latency roll-up, heap trimmer; with the Redis channel layer, also the loop
-# that publishes live events straight to it (recording/live.py: LayerPublisher)
-THREADS = 5 if os.environ.get("EXTPROXY_REDIS_URL") else 4
+# main, parent watch, latency roll-up, heap trimmer, the check for spool directories of killed
+# serving processes (recording/abandoned.py); with the Redis channel layer, also the loop that
+# publishes live events straight to it (recording/live.py: LayerPublisher)
+THREADS = 6 if os.environ.get("EXTPROXY_REDIS_URL") else 5
 
 
 def draining(inst: Installation) -> tuple[int, list[int]]:
