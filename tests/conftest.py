@@ -359,6 +359,17 @@ def postgres_url(postgres_server):
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture
+def installation_database(request):
+    """The database a test's own extproxy processes (tests/processes.py: Installation) use: on a
+    PostgreSQL run (DATABASE_URL), a fresh one of their own; else None, their own SQLite file.
+    DATABASE_URL's database is shared by the whole run: users and calls one test made were
+    there for the next."""
+    if not os.environ.get("DATABASE_URL"):
+        return None
+    return request.getfixturevalue("postgres_url")
+
+
 @pytest.fixture(scope="session")
 def redis_url():
     """EXTPROXY_REDIS_URL, or a throwaway redis-server for the session."""

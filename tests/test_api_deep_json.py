@@ -3,7 +3,6 @@ server's: `[[[[...` to `POST /api/auth/token/`, which needs no login, answered 5
 traceback to the log each time; to `POST /api/replays/` too. A real serving process."""
 from __future__ import annotations
 
-import os
 
 import requests
 
@@ -14,8 +13,8 @@ DEEP_ARRAY = b"[" * 100_000 + b"]" * 100_000
 DEEP_OBJECT = b'{"a":' * 5_000 + b"1" + b"}" * 5_000
 
 
-def test_json_nested_too_deeply_is_a_400_that_says_so_and_logs_no_traceback(tmp_path):
-    installation = Installation(tmp_path, CONFIG, os.environ.get("DATABASE_URL"))
+def test_json_nested_too_deeply_is_a_400_that_says_so_and_logs_no_traceback(tmp_path, installation_database):
+    installation = Installation(tmp_path, CONFIG, installation_database)
     try:
         installation.manage("migrate", "--noinput", "-v", "0")
         installation.manage("bootstrap")

@@ -4,7 +4,6 @@ the rows exported, and a range that has not ended yet is not called complete."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,17 +25,12 @@ def config(backend_url: str) -> str:
 
 
 @pytest.fixture
-def installation(tmp_path, backend_server):
-    """A migrated installation on SQLite, or on the database DATABASE_URL names, serving and
-    recording; its backend passes every node of full Node objects."""
+def installation(tmp_path, backend_server, installation_database):
+    """A migrated installation on SQLite, or on a fresh PostgreSQL database on a PostgreSQL run,
+    serving and recording; its backend passes every node of full Node objects."""
     backend = backend_server({"filter": pass_all})
-    inst = Installation(tmp_path / "inst", config(backend.url), os.environ.get("DATABASE_URL"))
-    if os.environ.get("DATABASE_URL"):  # the shared database: this test's calls only
-        inst.manage("migrate", "--noinput", "-v", "0")
-        inst.manage("shell", "-c", "from extproxy.models import Call, RecordingGap; Call.objects.all().delete();"
-                                   " RecordingGap.objects.all().delete()")
-    else:
-        inst.manage("migrate", "--noinput", "-v", "0")
+    inst = Installation(tmp_path / "inst", config(backend.url), installation_database)
+    inst.manage("migrate", "--noinput", "-v", "0")
     inst.start_recorder()
     inst.start_serving()
     yield inst

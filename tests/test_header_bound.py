@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import socket
 
@@ -48,8 +47,8 @@ def status_of(answer: bytes) -> int:
     return int(match.group(1))
 
 
-def test_a_request_head_over_the_bound_is_refused_431(tmp_path):
-    installation = Installation(tmp_path, CONFIG, os.environ.get("DATABASE_URL"), EXTPROXY_MAX_HEADER_BYTES=str(LIMIT))
+def test_a_request_head_over_the_bound_is_refused_431(tmp_path, installation_database):
+    installation = Installation(tmp_path, CONFIG, installation_database, EXTPROXY_MAX_HEADER_BYTES=str(LIMIT))
     try:
         installation.manage("migrate", "--noinput", "-v", "0")
         installation.manage("bootstrap")
@@ -95,11 +94,11 @@ def answer_when_closed(sock: socket.socket) -> bytes:
     return answer
 
 
-def test_a_head_that_does_not_arrive_in_time_is_answered_408(tmp_path):
+def test_a_head_that_does_not_arrive_in_time_is_answered_408(tmp_path, installation_database):
     """A connection that sends nothing, or half a head, was kept open for as long as the client
     liked (seen for 50 s): now EXTPROXY_BODY_TIMEOUT bounds it, on a new connection and on a
     kept-alive one after its first answer."""
-    installation = Installation(tmp_path, CONFIG, os.environ.get("DATABASE_URL"), EXTPROXY_BODY_TIMEOUT="1")
+    installation = Installation(tmp_path, CONFIG, installation_database, EXTPROXY_BODY_TIMEOUT="1")
     try:
         installation.manage("migrate", "--noinput", "-v", "0")
         installation.start_serving()

@@ -8,7 +8,6 @@ over the bound is refused unread, a chunked one cut at the bound, a slow one aft
 EXTPROXY_BODY_TIMEOUT; a log-in and a token log-in still work."""
 from __future__ import annotations
 
-import os
 import re
 import socket
 
@@ -40,8 +39,8 @@ def status_of(answer: bytes) -> int:
     return int(match.group(1))
 
 
-def test_bodies_to_the_dashboard_port_are_bounded_in_size_and_time(tmp_path):
-    installation = Installation(tmp_path, CONFIG, os.environ.get("DATABASE_URL"), EXTPROXY_MAX_UI_BODY_BYTES=str(LIMIT),
+def test_bodies_to_the_dashboard_port_are_bounded_in_size_and_time(tmp_path, installation_database):
+    installation = Installation(tmp_path, CONFIG, installation_database, EXTPROXY_MAX_UI_BODY_BYTES=str(LIMIT),
                                 EXTPROXY_BODY_TIMEOUT="1")
     try:
         installation.manage("migrate", "--noinput", "-v", "0")
