@@ -136,7 +136,9 @@ class HeapTrimmer:
         next look (the process back at its size before it: large buffers of steady full-object
         traffic, say, faulted in again) doubles the looks let pass before the next one, up to
         MAX_BACKOFF; a trim that holds resets that. Steady traffic is so trimmed ever more rarely,
-        and a peak that follows it is still trimmed within a few looks.
+        and a peak that follows it is still trimmed within a few looks. A working set that has
+        grown for good (a fuller node cache) so costs one trim that gives little back every
+        MAX_BACKOFF looks: the low is never raised to it.
         """
         if not self.available:
             return False
@@ -157,8 +159,11 @@ class HeapTrimmer:
         self._trim(0)
         self.trims += 1
         self._before_trim = resident
-        self._lowest = resident_bytes()
-        log.debug("heap: trimmed from %d to %d resident bytes", resident, self._lowest)
+        after = resident_bytes()
+        # The low is never raised: a trim while a peak still runs leaves the peak's blocks in use
+        # resident, and taking that for the new low would leave them resident once they are freed.
+        self._lowest = min(self._lowest, after)
+        log.debug("heap: trimmed from %d to %d resident bytes", resident, after)
         return True
 
     def start(self) -> bool:
