@@ -112,13 +112,12 @@ async def clients(ref_url: str, body: bytes) -> None:
         print(line(f"aiohttp.ClientSession" if name == "aiohttp" else "extproxy wire.Client", lat, cpu / len(lat)))
 
 
-async def servers(main_url: str, listener_url: str, body: bytes, main_pid: int, listener_pid: int) -> None:
-    """The same calls through each port, round by round. Two extproxy processes: with the extender
-    listener on, the main port refuses /extender/ (asgi.py), so the main port's side is an extproxy
-    without one."""
+async def alternate(urls: dict[str, tuple[str, int]], body: bytes) -> dict[str, tuple[list[float], float, float]]:
+    """The same calls to each named (url, server pid), ROUNDS rounds of PER_ROUND in turn (drift
+    on the machine hits every side alike), after a warm-up: per side the latencies and the
+    server process's user and kernel CPU seconds."""
     session = json_session()
-    sides = {"main port (uvicorn ASGI)": (poster(session, main_url, body), main_pid),
-             "extender listener": (poster(session, listener_url, body), listener_pid)}
+    sides = {name: (poster(session, url, body), pid) for name, (url, pid) in urls.items()}
     results: dict[str, tuple[list[float], float, float]] = {name: ([], 0.0, 0.0) for name in sides}
     for call, _ in sides.values():
         await batch(call, 50)
@@ -130,6 +129,15 @@ async def servers(main_url: str, listener_url: str, body: bytes, main_pid: int, 
             lats, user, system = results[name]
             results[name] = (lats + lat, user + u1 - u0, system + s1 - s0)
     await session.close()
+    return results
+
+
+async def servers(main_url: str, listener_url: str, body: bytes, main_pid: int, listener_pid: int) -> None:
+    """The same calls through each port, round by round. Two extproxy processes: with the extender
+    listener on, the main port refuses /extender/ (asgi.py), so the main port's side is an extproxy
+    without one."""
+    results = await alternate({"main port (uvicorn ASGI)": (main_url, main_pid),
+                               "extender listener": (listener_url, listener_pid)}, body)
     print("2. server side (client -> extproxy -> reference backend; recording off), names N=1000, c=1; CPU of extproxy")
     for name, (lat, user, system) in results.items():
         print(line(name, lat, (user + system) / len(lat))

@@ -11,6 +11,7 @@ import http.client
 import json
 import re
 import socket
+import time
 
 import requests
 
@@ -114,5 +115,17 @@ def test_a_head_that_does_not_arrive_in_time_is_answered_408(tmp_path, installat
             kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             answer = answer_when_closed(kept)
         assert status_of(answer) == 200 and b"408 Request Timeout" in answer, answer[:600]
+        # A kept-alive connection whose next head begins after its clock was set: the clock is
+        # one timer per connection, set again for what is left when it fires; the head still
+        # gets its whole second, counted from the last answer.
+        with socket.create_connection(address) as kept:
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            time.sleep(0.6)
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /healthz HTTP/1.1\r\n")
+            second_sent = time.monotonic()
+            answer = answer_when_closed(kept)
+            waited = time.monotonic() - second_sent
+        assert answer.count(b"HTTP/1.1 200") == 2 and b"408 Request Timeout" in answer, answer[:600]
+        assert waited >= 0.9, waited  # not cut short by the timer set for the first head
     finally:
         installation.close()
