@@ -23,7 +23,9 @@ migrate: setup
 # Three processes: the recorder (drains the spool into the database, at lower priority), the
 # shadow process (sends the shadow backends their copies, from the spool, at the lowest
 # priority; idle without shadows), both ending when uvicorn does, and uvicorn (serves; hands
-# calls to the spool).
+# calls to the spool). The connections each port holds open are bounded by the application
+# (EXTPROXY_MAX_CONNECTIONS, EXTPROXY_EXTENDER_MAX_CONNECTIONS), not by uvicorn's
+# --limit-concurrency, which refuses requests on connections it has already accepted and keeps.
 run: migrate
 	$(PY) manage.py bootstrap
 	$(PY) manage.py recorder --exit-with-parent & \

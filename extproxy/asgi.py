@@ -39,6 +39,7 @@ from .config import ConfigError  # noqa: E402
 from .database_down import websocket_outage_guard  # noqa: E402
 from .engine import get_engine  # noqa: E402
 from .replay.worker import get_worker  # noqa: E402
+from .connection_bound import install as bound_connections  # noqa: E402
 from .header_bound import install as bound_request_heads  # noqa: E402
 from .ui_body_bound import bound_bodies  # noqa: E402
 from .views import PREFIX, extender_app, refusal, respond  # noqa: E402
@@ -46,6 +47,8 @@ from .views import PREFIX, extender_app, refusal, respond  # noqa: E402
 # A request's head is bounded too, in size and time, before any of it reaches an application
 # (header_bound.py).
 bound_request_heads(lambda: settings.EXTPROXY_MAX_HEADER_BYTES, lambda: settings.EXTPROXY_BODY_TIMEOUT)
+# So are the connections open at once (connection_bound.py; the extender listener bounds its own).
+bound_connections(lambda: settings.EXTPROXY_MAX_CONNECTIONS)
 
 # Every body bound for Django (pages, admin, API, health) is bounded in size and time before
 # Django reads it to a temporary file (ui_body_bound.py).
@@ -80,8 +83,19 @@ async def _start_extender_listener():
                                 ssl=extender_ssl_context(), allow=connection_check())
 
 
+async def _start_probe_listener():
+    """kubelet's own port for /healthz and /readyz, when EXTPROXY_PROBE_PORT is set (probe_port.py):
+    on this loop, so that a stuck loop still fails liveness."""
+    from .probe_port import start_probe_listener
+
+    if not settings.EXTPROXY_PROBE_PORT:
+        return None
+    return await start_probe_listener(settings.EXTPROXY_PROBE_HOST, settings.EXTPROXY_PROBE_PORT,
+                                      settings.EXTPROXY_PROBE_MAX_CONNECTIONS)
+
+
 async def lifespan_app(scope, receive, send):
-    listener = None
+    listener = probes = None
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
@@ -96,6 +110,11 @@ async def lifespan_app(scope, receive, send):
             except (OSError, ValueError) as exc:  # a taken port, a bad certificate or allowlist
                 await send({"type": "lifespan.startup.failed", "message": f"extender listener: {exc}"})
                 return
+            try:  # last: ready once everything it reports on is started
+                probes = await _start_probe_listener()
+            except OSError as exc:  # a taken port
+                await send({"type": "lifespan.startup.failed", "message": f"probe listener: {exc}"})
+                return
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             dashboard_background.stop()
@@ -108,6 +127,8 @@ async def lifespan_app(scope, receive, send):
             offload.lane.stop()
             engine.recorder.stop()  # what is in memory reaches the spool before the process ends
             heap_trimmer.stop()
+            if probes is not None:  # last: answering while the rest shuts down
+                await probes.close()
             await send({"type": "lifespan.shutdown.complete"})
             return
 

@@ -1,4 +1,8 @@
-"""/healthz (alive), /readyz (configuration loaded; the spool's and the database's state), /metrics."""
+"""/healthz (alive), /readyz (configuration loaded; the spool's and the database's state), /metrics.
+
+`alive` and `ready` take no request: the probe port (probe_port.py) answers with them too, so
+that both ports say the same.
+"""
 
 from django.http import HttpResponse, JsonResponse
 
@@ -6,10 +10,18 @@ from . import metrics
 
 
 def healthz(request):
-    return HttpResponse("ok\n", content_type="text/plain")
+    return alive()
 
 
 def readyz(request):
+    return ready()
+
+
+def alive() -> HttpResponse:
+    return HttpResponse("ok\n", content_type="text/plain")
+
+
+def ready() -> HttpResponse:
     """Ready while the extender can be served: its configuration is loaded. The database is
     reported (as the recorder process last found it), not judged. Readiness puts a pod in its
     Services, the one kube-scheduler calls included: had a database outage made every replica

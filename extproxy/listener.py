@@ -22,7 +22,9 @@ MAX_URL_BYTES with 414 as it arrives (no header is kept but the length and Expec
 request at a time per connection (reading pauses when bytes of a next request arrive while one
 is served, so pipelined requests wait in the socket); an idle keep-alive connection is closed
 after IDLE_SECONDS; streamed answers (a reply over EXTPROXY_MAX_REPLY_BYTES) respect the
-transport's flow control. This module owns the socket side only; what a call does is the engine's.
+transport's flow control. At most EXTPROXY_EXTENDER_MAX_CONNECTIONS connections are open at once: one
+more is answered 503 as it is accepted and closed (connection_bound.py; a length check on accept,
+nothing per read). This module owns the socket side only; what a call does is the engine's.
 
 Over 400 lines because one connection is one state machine (parsing, the bounds, a fed request,
 serving and answering share its state); the Listener and start_listener at the end could move out.
@@ -43,6 +45,8 @@ from . import metrics
 from .aside import aside
 from .backends.base import StreamBroken
 from .backends.feed import BodyFeed
+from .connection_bound import refusal as connection_refusal
+from .connection_bound import refused as connection_refused
 from .engine import Answer, BackendCall, get_engine
 from .views import PREFIX, not_post, refusal, route, too_large
 
@@ -130,8 +134,10 @@ class Started:
 class ExtenderProtocol(asyncio.Protocol):
     """One client connection: parse, serve one request at a time, answer."""
 
-    def __init__(self, limit: int, allow: Allow | None, live: set["ExtenderProtocol"], body_timeout: float = 30.0) -> None:
+    def __init__(self, limit: int, allow: Allow | None, live: set["ExtenderProtocol"], body_timeout: float = 30.0,
+                 max_connections: int = 0) -> None:
         self._limit = limit
+        self._max_connections = max_connections
         self._body_timeout = body_timeout
         self._allow = allow
         self._live = live
@@ -173,6 +179,10 @@ class ExtenderProtocol(asyncio.Protocol):
             transport.close()
             self._closing = True
             return
+        if 0 < self._max_connections < len(self._live):  # the only cost of the bound: on accept
+            connection_refused("extender-connections", "EXTPROXY_EXTENDER_MAX_CONNECTIONS", self._max_connections)
+            self._refuse_connection(connection_refusal("EXTPROXY_EXTENDER_MAX_CONNECTIONS", self._max_connections))
+            return
         self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
@@ -192,7 +202,7 @@ class ExtenderProtocol(asyncio.Protocol):
             self._refuse(refusal(400, f"bad HTTP request: {exc}", "bad-http"))
             return
         if self._over_url and not self._closing:  # a URL that goes on past this read
-            self._refuse(refusal(414, f"request URL over {MAX_URL_BYTES} bytes", "bad-http"))
+            self._refuse_long_url()
             return
         if self._in_message and self._body_timer is None and not self._closing:
             # A request that did not arrive whole in one read (the usual one does): 408 after the
@@ -224,6 +234,9 @@ class ExtenderProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._in_message = True
 
+    def _refuse_long_url(self) -> None:
+        self._refuse(refusal(414, f"request URL over {MAX_URL_BYTES} bytes", "bad-http"))
+
     def _too_slow(self) -> None:
         self._refuse(refusal(408, f"request body not received within {self._body_timeout:g}s (EXTPROXY_BODY_TIMEOUT)",
                              "body-timeout"))
@@ -246,7 +259,7 @@ class ExtenderProtocol(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         if self._over_url:
-            self._refuse(refusal(414, f"request URL over {MAX_URL_BYTES} bytes", "bad-http"))
+            self._refuse_long_url()
             return
         if self._over:  # refused before reading the body
             self._refuse(too_large(self._limit))
@@ -487,6 +500,12 @@ class ExtenderProtocol(asyncio.Protocol):
             self.transport.write(head_bytes(answer.status, answer.content_type, len(answer.body), True) + answer.body)
         self._close()
 
+    def _refuse_connection(self, answer: bytes) -> None:
+        """Answer a connection as it is accepted, before anything is read, and close it."""
+        if self.transport is not None:
+            self.transport.write(answer)
+        self._close()
+
     def _close(self) -> None:
         self._closing = True
         self._abandon_feed()
@@ -551,8 +570,9 @@ async def start_listener(
     live: set[ExtenderProtocol] = set()
 
     def connection() -> ExtenderProtocol:
-        # The body bound and timeout are read per connection, as the ASGI path reads them per request.
-        return ExtenderProtocol(int(settings.EXTPROXY_MAX_BODY_BYTES), allow, live, float(settings.EXTPROXY_BODY_TIMEOUT))
+        # The bounds and timeout are read per connection, as the ASGI path reads them per request.
+        return ExtenderProtocol(int(settings.EXTPROXY_MAX_BODY_BYTES), allow, live, float(settings.EXTPROXY_BODY_TIMEOUT),
+                                int(settings.EXTPROXY_EXTENDER_MAX_CONNECTIONS))
 
     server = await asyncio.get_running_loop().create_server(connection, host, port, ssl=ssl, backlog=1024)
     log.info("extender listener on %s:%d%s", host, port, " (TLS)" if ssl is not None else "")

@@ -281,6 +281,10 @@ EXTPROXY_MAX_UI_BODY_BYTES = envint("EXTPROXY_MAX_UI_BODY_BYTES", 4 * 1024 * 102
 # Largest request head (request line and headers) the main port reads: 431 and the connection
 # closed above it (header_bound.py). A browser's is a few KiB, kube-scheduler's a few hundred bytes.
 EXTPROXY_MAX_HEADER_BYTES = envint("EXTPROXY_MAX_HEADER_BYTES", 64 * 1024)
+# Connections the main port holds open at once, websockets included (connection_bound.py); one
+# more is answered 503 and closed at once. A browser tab takes up to 7 (6 + its live socket).
+# 0 = no bound. The extender listener has its own: EXTPROXY_EXTENDER_MAX_CONNECTIONS.
+EXTPROXY_MAX_CONNECTIONS = envint("EXTPROXY_MAX_CONNECTIONS", 1000)
 
 # --- hot path (issue 8b) ---
 # Most of one backend reply kept in memory for recording and combining. Per-backend form: a
@@ -302,6 +306,16 @@ EXTPROXY_OFFLOAD_BYTES = envint("EXTPROXY_OFFLOAD_BYTES", 1024 * 1024)
 # /extender/ (asgi.py), so that the scheduler's port is the only way in.
 EXTPROXY_EXTENDER_PORT = envint("EXTPROXY_EXTENDER_PORT", 0)
 EXTPROXY_EXTENDER_HOST = os.environ.get("EXTPROXY_EXTENDER_HOST") or os.environ.get("HOST") or "127.0.0.1"
+# Connections the extender listener holds open at once (kube-scheduler keeps a few alive per
+# replica); one more is answered 503 and closed at once. 0 = no bound.
+EXTPROXY_EXTENDER_MAX_CONNECTIONS = envint("EXTPROXY_EXTENDER_MAX_CONNECTIONS", 1000)
+# The probe port (probe_port.py): GET /healthz and /readyz only, for kubelet, so that a flood of
+# the main port's connections cannot fail liveness and restart the pod. 0 = none (the main port's
+# /healthz and /readyz are served either way).
+EXTPROXY_PROBE_PORT = envint("EXTPROXY_PROBE_PORT", 0)
+EXTPROXY_PROBE_HOST = os.environ.get("EXTPROXY_PROBE_HOST") or os.environ.get("HOST") or "127.0.0.1"
+# Its connections open at once: kubelet opens one per probe and closes it (2-3 at a time at most).
+EXTPROXY_PROBE_MAX_CONNECTIONS = envint("EXTPROXY_PROBE_MAX_CONNECTIONS", 8)
 
 LOGGING = {
     "version": 1,
