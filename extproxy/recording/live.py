@@ -74,6 +74,11 @@ async def start_listener(root: Path, writer: str) -> asyncio.AbstractServer:
                     await layer.group_send(LIVE_GROUP, message)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            # The serving process is stopping. Ended here rather than passed on: Python 3.11's
+            # start_unix_server asks a cancelled handler for its exception, which raises, and
+            # asyncio logged an error with a traceback for each recorder connected at every stop.
+            pass
         except Exception:  # a bad message costs the connection, not the process
             log.exception("live listener: message dropped")
         finally:
