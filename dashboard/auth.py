@@ -26,13 +26,18 @@ TOKEN_PREFIX = "extproxy.token."
 
 
 @database_sync_to_async
-def _user_for_token(key: str):
+def _token_for(key: str):
+    """The valid token with this key, its user read with it; None for none or an expired one
+    (refused as a bad one is)."""
     from rest_framework.authtoken.models import Token
 
+    from extproxy.api.token_age import expired
+
     try:
-        return Token.objects.select_related("user").get(key=key).user
+        token = Token.objects.select_related("user").get(key=key)
     except Token.DoesNotExist:
         return None
+    return None if expired(token) else token
 
 
 def _token(scope) -> str:
@@ -52,12 +57,15 @@ class TokenAuthMiddleware:
     async def __call__(self, scope, receive, send):
         user = scope.get("user")
         if user is None or not user.is_authenticated:
-            token = _token(scope)
-            if token:
-                found = await _user_for_token(token)
-                if found is not None and found.is_active:
-                    # the key, so the socket can be closed when this token is deleted (live_access)
-                    scope = dict(scope, user=found, token_key=token)
+            key = _token(scope)
+            if key:
+                token = await _token_for(key)
+                if token is not None and token.user.is_active:
+                    from extproxy.api.token_age import ends_at
+
+                    # the key, so the socket can be closed when this token is deleted (live_access),
+                    # and its end, when it expires (consumers.LiveConsumer)
+                    scope = dict(scope, user=token.user, token_key=key, token_ends=ends_at(token))
         if SUBPROTOCOL in (scope.get("subprotocols") or ()):
             send = _choosing_subprotocol(send)
         return await self.inner(scope, receive, send)

@@ -69,6 +69,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     required_permission = Perm.VIEW_CALLS
     handshake_done = False
     echoes: asyncio.Task | None = None
+    expiry: asyncio.Task | None = None  # closes a token's socket when the token expires
 
     async def __call__(self, scope, receive, send):
         """The layer's channel is made (a Redis subscription) before connect() runs: when Redis
@@ -117,6 +118,23 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         # The client (re)loads its snapshot now and applies the stream on top of it.
         await self.send_json({"type": "reset"})
         self.echoes = asyncio.create_task(self.keep_echoing())
+        ends = self.scope.get("token_ends")
+        if ends is not None:  # a token's socket lasts no longer than the token (EXTPROXY_TOKEN_MAX_AGE)
+            self.expiry = asyncio.create_task(self.close_at(ends))
+
+    async def close_at(self, ends) -> None:
+        """Closed with 4401, as a deleted token's socket is, when the token expires."""
+        from django.utils import timezone
+
+        await asyncio.sleep(max(0.0, (ends - timezone.now()).total_seconds()))
+        await self.revoke(4401)
+
+    async def revoke(self, code: int) -> None:
+        self.revoked = True  # nothing more is sent, whatever is still on its way
+        if self.flusher is not None:
+            self.flusher.cancel()
+        self.buffer = []
+        await self.close(code=code)
 
     async def join(self) -> None:
         await self.channel_layer.group_add(LIVE_GROUP, self.channel_name)
@@ -155,6 +173,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.flusher.cancel()
         if self.echoes is not None:
             self.echoes.cancel()
+        if self.expiry is not None:
+            self.expiry.cancel()
         if self.joined:
             try:  # bounded: a layer that does not answer must not hold the connection's end
                 await asyncio.wait_for(self.leave(), JOIN_TIMEOUT)
@@ -176,11 +196,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         else:
             code = await database_sync_to_async(self._still_allowed)()
         if code:
-            self.revoked = True  # nothing more is sent, whatever is still on its way
-            if self.flusher is not None:
-                self.flusher.cancel()
-            self.buffer = []
-            await self.close(code=code)
+            await self.revoke(code)
 
     def _still_allowed(self) -> int:
         """0 when the socket's user is still active and allowed, else the close code."""

@@ -244,7 +244,7 @@ LOGIN_REDIRECT_URL = "/"
 REST_FRAMEWORK = {
     # Token first: an unauthenticated request then gets 401 with `WWW-Authenticate: Token`.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "extproxy.api.token_age.ExpiringTokenAuthentication",  # DRF's, with EXTPROXY_TOKEN_MAX_AGE
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["extproxy.api.permissions.CanViewCalls"],
@@ -382,6 +382,9 @@ SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 # within the window; above it the answer is 429 with Retry-After.
 EXTPROXY_LOGIN_FAILURES = envint("EXTPROXY_LOGIN_FAILURES", 10)
 EXTPROXY_LOGIN_WINDOW = envint("EXTPROXY_LOGIN_WINDOW", 300)
+# Seconds an API token works after it is issued (its `created`); then 401 "token expired" until
+# a new log-in (POST /api/auth/token/) or `manage.py token NAME --rotate` replaces it. 0 = no limit.
+EXTPROXY_TOKEN_MAX_AGE = envint("EXTPROXY_TOKEN_MAX_AGE", 30 * 24 * 3600)
 # Throttle counters: shared by the replicas through Redis when there is one.
 if os.environ.get("EXTPROXY_REDIS_URL"):
     CACHES = {

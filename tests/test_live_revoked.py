@@ -220,3 +220,22 @@ def test_a_group_deleted_tells_its_members_once_committed_and_not_when_rolled_ba
         Group.objects.filter(name="team").delete()  # the admin's "delete selected" deletes a queryset
         assert sent == []
     assert sent == [{m.pk for m in members}] and outsider.pk not in sent[0]
+
+
+async def test_a_token_socket_is_closed_when_its_token_expires(settings):
+    """Expiry was checked only when a socket connected: one opened a second before its token
+    expired (EXTPROXY_TOKEN_MAX_AGE) kept receiving calls for as long as it stayed open."""
+    import datetime
+
+    from django.utils import timezone
+    from rest_framework.authtoken.models import Token
+
+    settings.EXTPROXY_TOKEN_MAX_AGE = 3600
+    _, _, token = await viewer()
+    _, _, other_token = await viewer("w")  # a token far from its end: its socket stays open
+    born = timezone.now() - datetime.timedelta(seconds=3600 - 1)
+    await database_sync_to_async(lambda: Token.objects.filter(key=token).update(created=born))()
+    socket, other = await open_socket(token=token), await open_socket(token=other_token)
+    message = await socket.receive_output(timeout=5)
+    assert message == {"type": "websocket.close", "code": 4401}
+    await still_open(other)
