@@ -28,7 +28,7 @@ def test_the_recorder_counts_what_a_killed_process_left_where_no_process_comes_b
     live = SpoolRecorder(RecordingConfig(), settings, writer_name="serve")  # the worker that stays
     live.start()
     try:
-        reclaimer = Reclaimer(settings, RecordingConfig(), threading.Event())
+        reclaimer = Reclaimer(settings, threading.Event())
         assert reclaimer.check() == []  # seen gone once: a restarting process may be about to claim it
         assert reclaimer.check() == ["serve-2"]  # gone at two checks in a row: counted
         assert reclaimer.check() == []  # and once only
@@ -44,7 +44,7 @@ def test_the_recorder_counts_what_a_killed_process_left_where_no_process_comes_b
 def test_a_directory_claimed_again_between_two_checks_is_counted_by_its_new_writer_only(tmp_path):
     settings = SpoolSettings(root=tmp_path / "spool")
     killed_serving_process(settings.root, "serve", answered=12, spooled=4)
-    reclaimer = Reclaimer(settings, RecordingConfig(), threading.Event())
+    reclaimer = Reclaimer(settings, threading.Event())
     assert reclaimer.check() == []
     restarted = SpoolRecorder(RecordingConfig(), settings, writer_name="serve")  # the container restarts
     restarted.start()
@@ -74,3 +74,17 @@ def test_the_recorder_process_writes_the_count_down_with_no_serving_process_runn
     assert recording_gaps(inst) == {KILLED: 7}
     inst.wait_drained()
     assert stored_calls(inst)[0] == 2
+
+
+def test_counting_a_directory_leaves_the_recorder_process_without_a_serving_hand_off(tmp_path):
+    """The recorder process counts a directory with the spool writer and the tally alone: a serving
+    process's hand-off made for it would become the source of that process's /metrics."""
+    from extproxy.recording.handoff import COLLECTOR
+
+    settings = SpoolSettings(root=tmp_path / "spool")
+    killed_serving_process(settings.root, "serve", answered=6, spooled=1)
+    before = COLLECTOR.source
+    reclaimer = Reclaimer(settings, threading.Event())
+    assert reclaimer.check() == [] and reclaimer.check() == ["serve"]
+    assert COLLECTOR.source is before
+    assert spooled(settings) == (1, [Drops(KILLED, 5, 3001.0, 3005.0)])

@@ -16,9 +16,10 @@ import logging
 import threading
 from pathlib import Path
 
-from ..config import RecordingConfig
+from .dropcount import DropCounter
 from .spool import SpoolSettings, writer_alive
-from .unsettled import FILE_NAME
+from .spool_writer import SpoolWriter
+from .unsettled import FILE_NAME, Unsettled
 
 log = logging.getLogger(__name__)
 
@@ -32,23 +33,35 @@ def abandoned(root: Path) -> set[str]:
     return {d.name for d in root.iterdir() if d.is_dir() and (d / FILE_NAME).exists() and not writer_alive(d)}
 
 
-def count_left(settings: SpoolSettings, recording: RecordingConfig, name: str) -> None:
-    """Claim `name` as the next serving process would, count what its last writer left, let go."""
-    from .handoff import SpoolRecorder
+def count_left(settings: SpoolSettings, name: str) -> None:
+    """Claim `name` as the next serving process would, count what its last writer left, let go.
 
-    recorder = SpoolRecorder(recording, settings, writer_name=name)
-    recorder.start()  # claims it (or, were it claimed meanwhile, a free one: then nothing is left there)
-    claimed = recorder.writer.name if recorder.writer is not None else name
-    if recorder.stop():
-        log.info("recorder: spool directory %s, left by a serving process that is gone, counted", claimed)
+    Only what that claim does, without a serving process's hand-off (handoff.SpoolRecorder),
+    which would also make itself the source of this process's /metrics."""
+    writer = SpoolWriter(settings, name)  # claims it (or, were it claimed meanwhile, a free one: nothing left there)
+    try:
+        tally = Unsettled(writer.directory, slots=1)  # holds no call of this process: only the drops
+        drops = DropCounter()
+        drops.attach(tally)
+        for left in tally.left_behind(writer.resumed):
+            log.warning("recorder: %d calls (%s) answered by the last process of spool directory %s never "
+                        "reached the spool; counted as dropped", left.calls, left.reason, writer.name)
+            drops.add(left.reason, left.calls, left.first_at, left.last_at)
+        tally.take_place()  # only now: a kill before leaves the last tally, counted at the next check
+        if drops.write_gap(writer, now_please=True):
+            tally.remove()  # written down: nothing left for a next claim to count
+            log.info("recorder: spool directory %s, left by a serving process that is gone, counted", writer.name)
+        else:  # the spool refused it: the tally keeps the count, and the next check tries again
+            tally.close()
+    finally:
+        writer.close()
 
 
 class Reclaimer:
     """Checks the spool every `every` seconds in a thread of its own, until `stop` is set."""
 
-    def __init__(self, settings: SpoolSettings, recording: RecordingConfig, stop: threading.Event,
-                 every: float = CHECK_SECONDS) -> None:
-        self.settings, self.recording, self.stop, self.every = settings, recording, stop, every
+    def __init__(self, settings: SpoolSettings, stop: threading.Event, every: float = CHECK_SECONDS) -> None:
+        self.settings, self.stop, self.every = settings, stop, every
         self._seen: set[str] = set()  # gone at the last check
         self._thread = threading.Thread(target=self._run, name="extproxy-abandoned-spool", daemon=True)
 
@@ -60,7 +73,7 @@ class Reclaimer:
         gone = abandoned(self.settings.root)
         due, self._seen = sorted(gone & self._seen), gone - self._seen
         for name in due:
-            count_left(self.settings, self.recording, name)
+            count_left(self.settings, name)
         return due
 
     def _run(self) -> None:

@@ -84,7 +84,7 @@ class Command(BaseCommand):
         # process's priority, rather than as a thread of the serving process beside the hot path.
         rollup.start()
         # What a killed serving process left in a spool directory no serving process claims again.
-        Reclaimer(SpoolSettings.from_django(), config.recording, stop, settings.EXTPROXY_SPOOL_ABANDONED_SECONDS).start()
+        Reclaimer(SpoolSettings.from_django(), stop, settings.EXTPROXY_SPOOL_ABANDONED_SECONDS).start()
         log.info("recorder: draining %s (pid %d, %s)", root, os.getpid(), priority)  # every thread started
         try:
             drainer.until_idle = options["until_idle"]
