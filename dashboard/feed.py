@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from extproxy.api.filters import filter_calls
 from extproxy.models import Call
+from extproxy.timetext import iso_z
 
 from .queries import BODIES, attempt_calls, configured_backends, pending_pods, story_of
 
@@ -64,18 +65,14 @@ def feed_calls(params, limit: int) -> list[dict]:
 ATTEMPT_SCAN = 3  # calls looked at per attempt asked for
 
 
-def _iso(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
-
-
 def attempt_to_json(key: str, calls: list[Call], told) -> dict:
     calls = sorted(calls, key=lambda c: (c.started_at, c.id))
     first = calls[0]
     return {
         "key": key,
         "pod": {"namespace": first.pod_namespace, "name": first.pod_name, "uid": first.pod_uid},
-        "started_at": _iso(first.started_at),
-        "finished_at": _iso(max(c.finished_at for c in calls)),
+        "started_at": iso_z(first.started_at),
+        "finished_at": iso_z(max(c.finished_at for c in calls)),
         "state": told.state,
         "sentence": told.sentence,
         "node": told.node,

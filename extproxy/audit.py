@@ -42,6 +42,7 @@ class Action:
     BODIES_DOWNLOADED = "bodies-downloaded"
     COPY_OUT = "copy-out"
     RECORDS_REDACTED = "records-redacted"
+    REPLICA_FORGOTTEN = "replica-forgotten"
 
 
 TEXTS = ("actor", "action", "target", "source", "detail")  # an event's fields a reader shows as stored

@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from . import exportproof as proof
 from . import exportsigning as signing
+from .timetext import iso_z
 
 CHUNK_BYTES = 64 * 1024  # bytes handed to the server at a time
 CALLS_PER_READ = 1000  # calls read (and bind nodes looked up) per database round trip
@@ -55,10 +56,6 @@ _LINE_START = re.compile(r"(\r\n|\r|\n)([=+\-@\t])")
 JSON_COLUMNS = {"detail"}  # objects: JSON text in a CSV cell
 CALL_FIELDS = ("id", "started_at", "finished_at", "verb", "backend", "pod_namespace", "pod_name", "pod_uid",
                "outcome", "http_status", "error", "attempt", "decisions_blob")
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -131,7 +128,7 @@ def _records_of(rows: list[tuple], Call: Any, tally: Tally, node: str | None) ->
             continue
         tally.calls += 1
         tally.saw(started)
-        when = _iso(started)
+        when = iso_z(started)
         latency = round((finished - started).total_seconds() * 1000, 3)
         decisions = msgspec.json.decode(zlib.decompress(bytes(blob))) if blob else []
         for d in decisions:
@@ -156,7 +153,7 @@ def audit_records(events: QuerySet, tally: Tally) -> Iterator[list[Any]]:
         tally.calls += 1
         tally.call_records += 1
         tally.saw(at)
-        yield [0, pk, _iso(at), actor, action, target, source, detail]
+        yield [0, pk, iso_z(at), actor, action, target, source, detail]
 
 
 # --- encoding --------------------------------------------------------------------------------
@@ -246,9 +243,8 @@ def range_problem(since: datetime | None, until: datetime) -> str | None:
     """Why [since, until) cannot be exported, or None. Swapped, the two select nothing, and a
     signed empty export that verifies as complete would tell an auditor the range had no calls."""
     if since is not None and until < since:
-        return f"until is before since ({_iso(until)} < {_iso(since)}): the range holds nothing; swapped?"
+        return f"until is before since ({iso_z(until)} < {iso_z(since)}): the range holds nothing; swapped?"
     return None
-
 
 
 @dataclass
@@ -271,7 +267,7 @@ class ExportRun:
     file_hash: Any = field(default_factory=hashlib.sha256)
     file_bytes: int = 0
     manifest: dict[str, Any] | None = None
-    still_open: dict[str, Any] | None = None  # calls of the range may still arrive (gaps.still_open)
+    still_open: dict[str, Any] | None = None  # calls of the range may still arrive (stored_up_to.still_open)
     # Its records failed mid-stream (interruption): after how many, and why; the file ends with a mark.
     interrupted: dict[str, Any] | None = None
     # Node-filtered: the selection's other calls the node index cannot speak for
@@ -285,7 +281,7 @@ class ExportRun:
     def lines(self, records: Iterable[list[Any]]) -> Iterator[bytes]:
         """Chunks of the file: the header (CSV), then the chained records; the manifest at the end."""
         if self.kind == "calls":  # before the first record is read: what was stored by then
-            from .gaps import still_open
+            from .stored_up_to import still_open
 
             self.still_open = still_open(self.until)
         encode = (csv_encoder if self.fmt == "csv" else ndjson_encoder)(self.columns)
@@ -347,17 +343,17 @@ class ExportRun:
             "format": self.fmt,
             "columns": self.columns,
             "filters": self.filters,
-            "range": {"since": _iso(self.since), "until": _iso(self.until)},
+            "range": {"since": iso_z(self.since), "until": iso_z(self.until)},
             "exported_by": self.user,
             "exported_from": self.source,
-            "exported_at": _iso(self.started_at),
-            "finished_at": _iso(timezone.now()),
+            "exported_at": iso_z(self.started_at),
+            "finished_at": iso_z(timezone.now()),
             "records": self.records,
             "decision_records": self.tally.decision_records,
             "call_records": self.tally.call_records,
             "calls" if self.kind == "calls" else "events": self.tally.calls,
-            "first_time": _iso(self.tally.first_time),
-            "last_time": _iso(self.tally.last_time),
+            "first_time": iso_z(self.tally.first_time),
+            "last_time": iso_z(self.tally.last_time),
             "first_hash": self.first_hash,
             "last_hash": self.last_hash,
             "file_sha256": self.file_hash.hexdigest(),

@@ -320,8 +320,8 @@ def incomplete(manifest: dict) -> str:
     missing = ", ".join(f"{gap_count(g)} {g.get('reason')}" for g in gaps)
     why = [f"{'events' if manifest.get('kind') == 'audit' else 'calls'} missing from the records: {missing}"] if gaps else []
     if manifest.get("still_open"):
-        why.append(f"the range is still open: {manifest['still_open'].get('reason')}, "
-                   f"stored up to {manifest['still_open'].get('stored_up_to')}")
+        stored_up_to = manifest["still_open"].get("stored_up_to") or "no point known yet"  # None: not known
+        why.append(f"the range is still open: {manifest['still_open'].get('reason')}, stored up to {stored_up_to}")
     if manifest.get("interrupted"):
         why.append(f"the export was INTERRUPTED after {manifest['interrupted'].get('after_records')} records: "
                    f"{manifest['interrupted'].get('reason')}")

@@ -14,7 +14,6 @@ This module must not delete or alter call records.
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone as tz
 from typing import Any, NamedTuple
@@ -22,6 +21,7 @@ from typing import Any, NamedTuple
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
+from .timetext import iso_z
 
 # A retention gap row covers at most one such bucket of time (UTC hours): a row counts whole in
 # any export overlapping it, so an export of one hour counts at most the calls pruned in the
@@ -134,45 +134,5 @@ def gaps_overlapping(since: datetime | None, until: datetime | None, kind: str =
         of_reason = gaps.filter(reason=row["reason"])
         first = of_reason.order_by("first_at").values_list("first_at", flat=True).first()
         last = of_reason.order_by("-last_at").values_list("last_at", flat=True).first()
-        found.append({"reason": row["reason"], count_key: row["calls"], "first_at": _iso(first), "last_at": _iso(last)})
+        found.append({"reason": row["reason"], count_key: row["calls"], "first_at": iso_z(first), "last_at": iso_z(last)})
     return found
-
-
-# A call is appended to the spool at most this long after it started: its backend's timeout
-# (seconds at most, and a combined call's longest part) and the hand-off's tick, with room.
-SETTLE_SECONDS = 60.0
-
-
-def still_open(until: datetime) -> dict[str, Any] | None:
-    """Why calls started before `until` may still arrive in the database, or None.
-
-    The spool holds calls answered and not yet stored (the recorder behind, or the database
-    away): the oldest of them was appended at T, so every call not yet stored started after
-    T - SETTLE_SECONDS (the stored-up-to point). A range ending later is still open. So is a
-    range that ends after now (an `until` in the future): the calls made in it from now on
-    cannot be in this export, and a later export of the same range holds more. Not covered:
-    calls in flight, or in a serving process's hand-off (a tick), as the export starts.
-    """
-    from django.conf import settings
-
-    from .recording.observe import spool_status
-
-    try:
-        status = spool_status(Path(settings.EXTPROXY_SPOOL_DIR))
-    except Exception as exc:  # asked after the file was sent: the manifest must still be made
-        return {"reason": f"the spool could not be read ({type(exc).__name__}: {exc}): calls may still arrive",
-                "undrained": None, "stored_up_to": None}
-    now = timezone.now()
-    if status.depth:
-        stored_up_to = now - timedelta(seconds=status.oldest_age + SETTLE_SECONDS)
-        if until > stored_up_to:
-            return {"reason": "calls not yet stored (spool backlog)", "undrained": status.depth,
-                    "stored_up_to": _iso(stored_up_to)}
-    if until > now:
-        return {"reason": f"the range has not ended (it ends at {_iso(until)}): calls made in it after the "
-                          f"export started are not in it", "undrained": 0, "stored_up_to": _iso(now)}
-    return None
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None

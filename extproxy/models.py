@@ -6,6 +6,9 @@ SHA-256 of their redacted JSON, in `NodeObject`; the request blob then holds ref
 compressed JSON document per call instead of one row per node: a 5000-node call would
 otherwise cost 5000 inserts on the recorder's write path. Timestamps, not durations
 (durations are derived).
+
+Over 400 lines because Django reads an app's models from this one module; each class here is
+one table and its comments, nothing else.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from extproxy.protocol import Verb
 from extproxy.semantics import Outcome
 
 from .roles import PERMISSIONS
+from .timetext import iso_z
 
 
 def new_call_id() -> str:
@@ -129,10 +133,6 @@ class BackendCall(models.Model):
                    models.Index(fields=["call"], condition=~models.Q(error=""), name="part_with_error")]
 
 
-def _iso(value) -> str:
-    return value.isoformat().replace("+00:00", "Z")
-
-
 def _decisions(blob: bytes) -> list[dict]:
     import json
     import zlib
@@ -145,8 +145,8 @@ def _call_fields(obj) -> dict:
         "id": obj.id,
         "verb": obj.verb,
         "backend": obj.backend,
-        "started_at": _iso(obj.started_at),
-        "finished_at": _iso(obj.finished_at),
+        "started_at": iso_z(obj.started_at),
+        "finished_at": iso_z(obj.finished_at),
         "duration_ms": round((obj.finished_at - obj.started_at).total_seconds() * 1000, 3),
         "outcome": obj.outcome,
         "http_status": obj.http_status,
@@ -294,6 +294,27 @@ class RecordingGap(models.Model):
         ordering = ["first_at", "id"]
         default_permissions = ()
         indexes = [models.Index(fields=["last_at", "first_at"], name="gap_range")]
+
+
+class SpoolReport(models.Model):
+    """Each replica's recorder's last word on its own spool, so an export served by any replica
+    (or `manage.py export` run anywhere) knows up to when every replica's calls are stored: a
+    replica's spool and its calls in flight are seen only on its own disk (spool_reports.py)."""
+
+    replica = models.CharField(max_length=255, unique=True)  # host name and spool directory
+    reported_at = models.DateTimeField()
+    # Every call of this replica's that started before it is in the database (as of reported_at);
+    # null: not known (a killed serving process's calls not counted yet).
+    stored_up_to = models.DateTimeField(null=True)
+    reason = models.TextField(blank=True)  # why stored_up_to is not reported_at
+    undrained = models.BigIntegerField(default=0)  # calls waiting in its spool
+    # The recorder stopped with its spool empty and no serving process left: nothing of this
+    # replica's can still arrive, until a recorder reports for it again.
+    ended = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["replica"]
+        default_permissions = ()
 
 
 class Export(models.Model):

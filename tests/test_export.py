@@ -50,6 +50,15 @@ def check(body: bytes, manifest: dict):
     return verify(io.BytesIO(body), manifest)
 
 
+def whole_up_to_now(body: bytes, manifest: dict) -> bool:
+    """Unaltered, with no gap, nothing unindexed, not interrupted: all the range holds now. A
+    range that ends now while the proxy serves is still open (calls in flight: stored_up_to.py)
+    and said so; the tests' proxy serves from a spool of its own, which its recorder reports
+    on as another replica's, so the export sees it as any replica's would."""
+    return (check(body, manifest).ok and not manifest["gaps"] and not manifest["unindexed"]
+            and not manifest["interrupted"] and (manifest["complete"] or manifest["still_open"] is not None))
+
+
 def run_command(*args: str) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
     call_command(*args, stdout=out, stderr=err)

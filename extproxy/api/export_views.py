@@ -4,7 +4,8 @@
 
 Views stay thin: extproxy/export.py builds the records, the chain and the manifest. Under ASGI
 the body is an async iterator (served from the event loop chunk by chunk); elsewhere a plain
-generator. The export is in the audit trail before its first byte goes out.
+generator. The export is in the audit trail before its first byte goes out. since and until
+are read as meant (RangeAsMeant, exporttimes.py) before the filters read them.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from .. import export, exportsigning, exportstream
+from .. import export, exportsigning, exportstream, exporttimes
 from ..audit import Action, audit, source_of
 from ..models import AuditEvent, Call, Export
 from ..roles import Perm
@@ -53,9 +54,27 @@ def chosen_format(request) -> str:
     return fmt
 
 
+class RangeAsMeant(StrictFilterBackend):
+    """The filters read since and until as meant (exporttimes.py: digits past the microsecond
+    rounded up, a `+` sent unencoded read as `+`); the manifest records them so."""
+
+    def get_filterset_kwargs(self, request, queryset, view):
+        kwargs = super().get_filterset_kwargs(request, queryset, view)
+        try:
+            changed = exporttimes.range_as_meant(kwargs["data"])
+        except exporttimes.TimeProblem as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from None
+        if changed:
+            data = kwargs["data"].copy()  # a QueryDict: setting a key replaces all its values
+            for name, value in changed.items():
+                data[name] = value
+            kwargs["data"] = data
+        return kwargs
+
+
 class _ExportView(generics.GenericAPIView):
     kind = ""
-    filter_backends = [StrictFilterBackend]
+    filter_backends = [RangeAsMeant]
     extra_query_params = ("format",)
     renderer_classes = [JSONRenderer]
     content_negotiation_class = FormatFromQuery
@@ -67,7 +86,7 @@ class _ExportView(generics.GenericAPIView):
             exportsigning.private_key()
         except exportsigning.SigningKeyError as exc:
             return Response({"detail": f"exports are refused until the signing key is mended: {exc}"}, status=503)
-        filterset = StrictFilterBackend().filterset(request, self.get_queryset(), self)
+        filterset = RangeAsMeant().filterset(request, self.get_queryset(), self)
         cleaned = filterset.form.cleaned_data
         since, until = cleaned.get("since"), cleaned.get("until") or timezone.now()
         since, until = (since.astimezone(dt.timezone.utc) if since else None), until.astimezone(dt.timezone.utc)
@@ -78,7 +97,7 @@ class _ExportView(generics.GenericAPIView):
         queryset = filterset.qs.filter(**end)
         unindexed = getattr(filterset, "unindexed", None)
         run = export.ExportRun(
-            kind=self.kind, fmt=fmt, filters=dict(request.query_params.items()), since=since, until=until,
+            kind=self.kind, fmt=fmt, filters=dict(filterset.data.items()), since=since, until=until,
             user=request.user.get_username(), source=source_of(request),
             unindexed_calls=None if unindexed is None else unindexed.filter(**end),
         )

@@ -24,6 +24,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 
 from .. import nodeindex
+from ..exporttimes import TimeProblem, as_meant
 from ..models import AuditEvent, BackendCall, Call, Outcome, Verb
 
 REPLAYS = ("exclude", "include", "only")
@@ -37,12 +38,19 @@ MAX_LATENCY_MS = 365 * 86_400_000
 
 
 class UtcDateTimeField(df.fields.IsoDateTimeField):
-    """ISO 8601, moved to UTC when the value is cleaned: PostgreSQL refuses offsets past 15:59
+    """ISO 8601 read as an export reads it (exporttimes.as_meant: digits past the microsecond
+    rounded up, a `+` that arrived as a space read as `+`), so every listing selects the range
+    its export would. Moved to UTC when the value is cleaned: PostgreSQL refuses offsets past 15:59
     that Python accepts (a 500 found by schemathesis), and a date at the edge of the calendar
     cannot move to UTC. Checked here, not when filtering, so that the form is invalid and every
     face says so as it says any bad value (the API a 400, the audit page on the page)."""
 
     def to_python(self, value: Any) -> datetime.datetime | None:
+        if isinstance(value, str):  # nanoseconds rounded up, a `+` that arrived as a space (exporttimes)
+            try:
+                value = as_meant(value)
+            except TimeProblem as exc:
+                raise forms.ValidationError(str(exc), code="invalid") from None
         moment = super().to_python(value)
         if moment is None:
             return None

@@ -69,6 +69,9 @@ class Drainer:
         self._next_prune = 0.0
         self._saved = 0.0
         self.until_idle = False
+        # Reports this spool's stored-up-to point for other replicas' exports (spool_reports.py);
+        # set by the recorder command, None where a Drainer only drains (tests, tools).
+        self.reporter: Any = None
 
     def run(self, until_idle: bool = False) -> None:
         """Drain until stopped (or, with until_idle, until the spool has nothing to read).
@@ -78,14 +81,18 @@ class Drainer:
         self.until_idle = self.until_idle or until_idle
         self._check_database()
         self._save_counters()
+        self._report(force=True)
         while not self.stop.is_set():
             self._maybe_prune()
             if self.drain_batch() == 0:
                 if self.until_idle:
                     return
+                if self.reporter is not None:
+                    self.reporter.flush()
                 if time.monotonic() - self._saved >= HEARTBEAT:
                     self._check_database()
                     self._save_counters()
+                    self._report(force=True)
                 self.stop.wait(self.recording.flush_interval)
 
     def drain_batch(self) -> int:
@@ -117,6 +124,7 @@ class Drainer:
         else:
             self._save_counters()
         self.reader.commit()
+        self._report()
         self._publish(summaries)
         return len(result.entries)
 
@@ -254,6 +262,10 @@ class Drainer:
             write_recorder_counters(self.root, self.counters.as_json())
         except OSError as exc:
             log.warning("recorder: counters not saved: %s", exc)
+
+    def _report(self, force: bool = False) -> None:
+        if self.reporter is not None:
+            self.reporter.report(force)
 
     def _publish(self, summaries: list[dict[str, Any]]) -> None:
         if not summaries or self.publisher is None:

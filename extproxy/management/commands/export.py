@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from extproxy import export, exportproof, exportstream
+from extproxy import export, exportproof, exportstream, exporttimes
 from extproxy.exportproof import incomplete
 from extproxy.exportsigning import SigningKeyError, private_key
 from extproxy.api.filters import AuditFilter, CallFilter, ExportCallFilter
@@ -76,6 +76,10 @@ class Command(BaseCommand):
         unknown = sorted(set(given) - set(filterset_class.base_filters))
         if unknown:
             raise CommandError(f"not a filter of the {'audit trail' if audit_kind else 'calls'}: {', '.join(unknown)}")
+        try:  # as the API reads them (exporttimes.py): digits past the microsecond rounded up
+            given.update(exporttimes.range_as_meant(given) or {})
+        except exporttimes.TimeProblem as exc:
+            raise CommandError(f"{exc.field}: {exc}") from None
         model, time_field = (AuditEvent, "at") if audit_kind else (Call, "started_at")
         filterset = filterset_class(given, queryset=model.objects.all())
         if not filterset.is_valid():

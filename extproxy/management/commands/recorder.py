@@ -34,6 +34,7 @@ from extproxy.recording.live import recorder_publisher
 from extproxy.recording.spool import SpoolSettings
 from extproxy.recording.spool_reader import SpoolBusy
 from extproxy.recording.writer import Drainer
+from extproxy.spool_reports import SpoolReporter
 
 log = logging.getLogger("extproxy.recorder")
 
@@ -64,6 +65,7 @@ class Command(BaseCommand):
             drainer = Drainer(root, config.recording, config.redaction, config.retention, recorder_publisher(root), stop)
         except SpoolBusy as exc:
             raise CommandError(str(exc)) from None
+        drainer.reporter = SpoolReporter(root, settings.EXTPROXY_DB_STATEMENT_DEADLINE, stop)
         window = options["stop_drain_seconds"]
 
         def finish(*_):
@@ -91,5 +93,6 @@ class Command(BaseCommand):
             drainer.run()
         finally:
             rollup.stop()
+            drainer.reporter.final()  # ended, when the spool is empty and no serving process is left
             drainer.close()
         log.info("recorder: stopped; %d calls written", drainer.counters.written)
