@@ -3,7 +3,7 @@ from urllib.parse import unquote
 
 from django.urls import path, register_converter
 
-from . import audit_views, replay_pages, views
+from . import audit_views, call_page, replay_pages, views
 
 
 def _segment(value: str) -> str:
@@ -55,7 +55,7 @@ urlpatterns = [
     path("backends/", views.backends, name="backends"),
     path("pending/", views.pending, name="pending"),
     path("audit/", audit_views.audit, name="audit"),
-    path("calls/<int:pk>/", replay_pages.call, name="call"),
+    path("calls/<int:pk>/", call_page.call, name="call"),
     path("replays/", replay_pages.replays, name="replays"),
     path("replays/<int:pk>/", replay_pages.replay, name="replay"),
     path("shadows/", replay_pages.shadows, name="shadows"),

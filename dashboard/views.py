@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.http import JsonResponse
+from django.http import HttpResponseBadRequest, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
@@ -22,6 +22,22 @@ from . import backend_stats, feed, queries, records
 from .story import latest_per_backend
 
 NODE_PAGE = 100
+MAX_NODE_SEARCH = 253  # a node's name is a DNS subdomain: no longer than this
+
+
+def node_search(request) -> str | HttpResponseBadRequest:
+    """The node table's search (`?node=`, the pod page's and the call page's): a cluster's
+    thousands of nodes are 100 a page, and the operator asks about one of them by name."""
+    search = request.GET.get("node", "").strip()
+    if len(search) > MAX_NODE_SEARCH:
+        return HttpResponseBadRequest(f"node: at most {MAX_NODE_SEARCH} characters (a node's name is no longer)",
+                                      content_type="text/plain")
+    return search
+
+
+def named_like(nodes: list[str], search: str) -> list[str]:
+    """The nodes whose name contains `search`, in any case (all of them for no search)."""
+    return [n for n in nodes if search.lower() in n.lower()] if search else nodes
 SCORE_PAGE = 50
 
 
@@ -88,7 +104,11 @@ def pod(request, namespace: str, name: str):
     # namespace: "" for a pod without one (the URL's "-": urls.PodNamespace)
     attempts = queries.pod_attempts(namespace, name)
     selected = next((a for a in attempts if a.key == request.GET.get("attempt")), attempts[0] if attempts else None)
-    context: dict[str, Any] = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected}
+    search = node_search(request)
+    if isinstance(search, HttpResponseBadRequest):
+        return search
+    context: dict[str, Any] = {"namespace": namespace, "name": name, "attempts": attempts, "selected": selected,
+                               "node_search": search}
     if selected is not None:
         calls = queries.attempt_calls([selected.key], requests=True).get(selected.key, selected.calls)
         filters = latest_per_backend(calls, "filter")
@@ -98,7 +118,8 @@ def pod(request, namespace: str, name: str):
         events = queries.scheduler_events([(namespace, name)]).get((namespace, name), [])
         story = queries.story_of(calls, events)
         bound = story.node if story.state == "bound" else None
-        node_page = _page(request, nodes, NODE_PAGE, "page")
+        matching = named_like(nodes, search)
+        node_page = _page(request, matching, NODE_PAGE, "page")
         context.update(
             story=story,
             watching=queries._watching(),
@@ -114,6 +135,7 @@ def pod(request, namespace: str, name: str):
             bound=bound,
             labels=queries.pod_labels(filters + prioritizes),
             node_total=len(nodes),
+            node_matching=len(matching),
             unreadable=records.unreadable_requests(calls),
         )
     fragments = {"node-table": "dashboard/_node_table.html", "score-matrix": "dashboard/_score_matrix.html"}
