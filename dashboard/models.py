@@ -46,6 +46,9 @@ class LatencyCell(models.Model):
     calls = models.IntegerField(default=0)
     errors = models.IntegerField(default=0)
     timeouts = models.IntegerField(default=0)
+    # The slowest of them (ms): a percentile in this bucket is no higher. A cell counted before
+    # it was kept holds the bucket's upper edge (migration 0002).
+    slowest_ms = models.FloatField()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["backend", "verb", "minute", "bucket"], name="latency_cell_key")]

@@ -93,7 +93,7 @@ def _catch_up_source(name: str, rows_of: Any, max_rows: int, now: datetime) -> i
                 mark.gap_since = now
                 mark.save(update_fields=["gap_since"])
             return 0
-        cells: dict[tuple[str, str, int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+        cells: dict[tuple[str, str, int, int], list] = defaultdict(lambda: [0, 0, 0, 0.0])
         for _, backend, verb, started, finished, outcome, is_replay in counted:
             if is_replay:  # replays (extproxy/replay) are not the scheduler's traffic
                 continue
@@ -102,6 +102,7 @@ def _catch_up_source(name: str, rows_of: Any, max_rows: int, now: datetime) -> i
             cell[0] += 1
             cell[1] += outcome == "error"
             cell[2] += outcome == "timeout"
+            cell[3] = max(cell[3], ms)
         if cells:
             _add(LatencyCell, cells)
         mark.last_id = counted[-1][0]
@@ -125,7 +126,7 @@ def _until_gap(mark: Any, rows: list[tuple], now: datetime) -> tuple[list[tuple]
     return rows, False
 
 
-def _add(model: Any, cells: dict[tuple[str, str, int, int], list[int]]) -> None:
+def _add(model: Any, cells: dict[tuple[str, str, int, int], list]) -> None:
     """Add the counts to the stored cells (the caller holds the mark, so no one else writes)."""
     minutes = [key[2] for key in cells]
     existing: dict[tuple, Any] = {
@@ -134,18 +135,19 @@ def _add(model: Any, cells: dict[tuple[str, str, int, int], list[int]]) -> None:
         if (cell.backend, cell.verb, cell.minute, cell.bucket) in cells
     }
     fresh, changed = [], []
-    for key, (calls, errors, timeouts) in cells.items():
+    for key, (calls, errors, timeouts, slowest) in cells.items():
         cell = existing.get(key)
         if cell is None:
             fresh.append(model(backend=key[0], verb=key[1], minute=key[2], bucket=key[3], calls=calls,
-                               errors=errors, timeouts=timeouts))
+                               errors=errors, timeouts=timeouts, slowest_ms=slowest))
         else:
             cell.calls += calls
             cell.errors += errors
             cell.timeouts += timeouts
+            cell.slowest_ms = max(cell.slowest_ms, slowest)
             changed.append(cell)
     model.objects.bulk_create(fresh, batch_size=500)
-    model.objects.bulk_update(changed, ["calls", "errors", "timeouts"], batch_size=500)
+    model.objects.bulk_update(changed, ["calls", "errors", "timeouts", "slowest_ms"], batch_size=500)
 
 
 def prune(keep: timedelta = timedelta(days=8)) -> int:

@@ -150,3 +150,71 @@ def test_it_counts_a_call_in_its_utc_minute_whatever_the_process_time_zone(monke
         monkeypatch.undo()
         time.tzset()
     assert LatencyCell.objects.get().minute == int(T0.timestamp()) // 60
+
+
+def test_a_percentile_is_no_higher_than_the_slowest_call_in_its_bucket(backend_server, proxy, write_config):
+    """Calls cut off at a backend's httpTimeout: the page said "p99 ≤ 316.228 ms, 105 % of
+    httpTimeout" for calls that could not take longer than 300 ms plus the time to answer (at
+    1.8 s: "≤ 3162 ms, 158 %"), the upper edge of their bucket. The slowest call counted in the
+    bucket bounds it too. Real traffic: a backend slower than its timeout, on loopback."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from extproxy.models import Call
+    from tests.conftest import fixture_bytes, reply, slow
+    from tests.test_per_backend import config_for, post
+
+    sleepy = backend_server({"filter": slow(2.0, reply(200, b"{}"))})
+    server = proxy(write_config(config_for(sleepy.url, httpTimeout="0.3s")))
+    for _ in range(3):
+        post(server, "/extender/gpu/filter", fixture_bytes("filter-request.nodecache-false.json"))
+    server.flush()
+    slowest = max((c.finished_at - c.started_at).total_seconds() * 1000 for c in Call.objects.all())
+    assert Call.objects.filter(outcome="timeout").count() == 3
+
+    viewer = Client()
+    viewer.force_login(User.objects.create_superuser("viewer", "", "pw"))
+    page = viewer.get("/backends/").content.decode()
+    glance = page.split('id="glance"', 1)[1].split("</table>", 1)[0]
+    [row] = [cells for cells in (_cells(tr) for tr in glance.split("<tr")[1:]) if cells]
+    assert row[8] == f"≤ {round(slowest, 3)}"  # p99, where it said the bucket's upper edge
+    shown = int(row[9].removesuffix(" %"))  # p99 / httpTimeout, rounded twice on its way to the page
+    assert abs(shown - slowest / 300 * 100) <= 1, (row[9], slowest)
+
+
+def test_the_slowest_call_of_a_bucket_is_kept_across_slots_and_passes():
+    from dashboard.backend_stats import backend_series
+
+    now = datetime.now(timezone.utc)
+    for i in range(1, 5):
+        call(i, 250.0, at=now - timedelta(minutes=2))
+    assert rollup.catch_up() == 4
+    assert backend_series(60, now=now)[0]["p99"] == 250.0  # the bucket's edge is 316.228
+    call(5, 260.0, at=now - timedelta(minutes=40))  # another slot, another pass: the slowest of both
+    assert rollup.catch_up() == 1
+    assert backend_series(60, now=now)[0]["p99"] == 260.0
+    call(6, 200.0, at=now - timedelta(minutes=2))  # a faster call in a counted cell leaves it as it was
+    assert rollup.catch_up() == 1
+    assert LatencyCell.objects.get(minute=rollup.epoch_minute(now - timedelta(minutes=2))).slowest_ms == 250.0
+
+
+def test_a_cell_counted_before_the_slowest_call_was_kept_gives_its_buckets_upper_edge():
+    """Migration 0002 on a cell the roll-up counted before it: the page shows it as it did."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from dashboard.backend_stats import backend_series
+
+    now = datetime.now(timezone.utc)
+    before, after = [("dashboard", "0001_views")], [("dashboard", "0002_latency_cell_slowest")]
+    try:
+        executor = MigrationExecutor(connection)
+        executor.migrate(before)
+        old_cell = executor.loader.project_state(before).apps.get_model("dashboard", "LatencyCell")
+        old_cell.objects.create(backend="gpu", verb="filter", minute=rollup.epoch_minute(now - timedelta(minutes=2)),
+                                bucket=rollup.bucket_of(250.0), calls=4)
+    finally:
+        MigrationExecutor(connection).migrate(after)
+    edge = rollup.UPPER_EDGES_MS[rollup.bucket_of(250.0)]
+    assert LatencyCell.objects.get().slowest_ms == pytest.approx(edge)
+    assert backend_series(60, now=now)[0]["p99"] == round(edge, 3)
