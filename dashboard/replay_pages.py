@@ -1,15 +1,9 @@
-"""Dashboard pages of the replay lane: one call with its bodies, copy-out and a replay button;
-the replays (start a batch, list runs); one run with live progress, counts by kind of change
-and each call's diff; the shadow backends' live diff against their primaries.
-
-The call page shows what the scheduler sent and what came back (pretty, cut at
-bodies.PRETTY_LIMIT, with downloads of the whole bodies), what redaction changed, each
-backend's part of a combined call, and the call as curl and as a fixture. Thin: the work is in
-extproxy.bodies and extproxy.copyout; rendering is autoescaped.
+"""Dashboard pages of replays: start a batch, list runs; one run with live progress, counts by
+kind of change and each call's diff; the shadow backends' live diff against their primaries.
+(The call page, with its replay button, is dashboard/call_page.py.) Rendering is autoescaped.
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,44 +11,14 @@ from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import NotFound, ValidationError
 
-from extproxy import copyout
 from extproxy.api.bodies import MAX_ID, object_or_404
-from extproxy.bodies import not_called_reason, request_of, response_of
-from extproxy.models import Call, Outcome, ReplayRun, Verb
-from extproxy.replay.runner import item_diff
+from extproxy.models import Call, Outcome, ReplayItem, ReplayRun, Verb
+from extproxy.replay.paging import NOT_REPLAYED, ids_of_kind, listed_up_to, listing_total
+from extproxy.replay.stored import item_diff, summary
 from extproxy.replay.targets import TargetError, load_rules
 from extproxy.roles import Perm, requires
 
-bodies_required = requires(Perm.VIEW_BODIES)  # the call page shows bodies
 replay_required = requires(Perm.REPLAY_CALLS)
-
-
-def _body_context(body) -> dict:
-    text, cut, note = body.pretty()
-    return {"text": text, "cut": cut, "note": note, "size": len(body.data), "exact": body.exact, "marks": body.marks}
-
-
-@bodies_required
-def call(request, pk: int):
-    record = object_or_404(Call, pk=pk)
-    request_body = request_of(record)
-    url = copyout.original_url(record, request.build_absolute_uri("/"))
-    parts = []
-    for part in record.backend_calls.all() if record.form == "combined" else ():
-        parts.append({"call": part, "request": _body_context(request_of(part)), "response": _body_context(response_of(part)),
-                      "not_called": not_called_reason(part)})
-    context = {
-        "call": record,
-        "json": record.to_json(decisions=False),
-        "request_body": _body_context(request_body),
-        "response_body": _body_context(response_of(record)),
-        "parts": parts,
-        "curl": copyout.curl_command(request_body, url) if url and len(request_body.data) <= 1024 * 1024 else "",
-        "curl_url": url,
-        "can_replay": request.user.has_perm(Perm.REPLAY_CALLS),
-        "replays": ReplayRun.objects.filter(items__original=record).distinct()[:20],
-    }
-    return render(request, "dashboard/call.html", context)
 
 
 # --- replays ---------------------------------------------------------------------------------
@@ -163,30 +127,55 @@ def replay(request, pk: int):
         if not running:
             response["HX-Refresh"] = "true"  # finished: reload once for the whole list of calls
         return response
-    kind = request.GET.get("kind", "")
+    not_replayed = bool(request.GET.get("errors"))  # the calls that could not be replayed, from the error count's link
+    kind = NOT_REPLAYED if not_replayed else request.GET.get("kind", "")
     offset_text = request.GET.get("offset") or "0"
     if not (offset_text.isascii() and offset_text.isdecimal() and int(offset_text) <= MAX_ID):
         return HttpResponseBadRequest(f"offset: a whole number from 0 to {MAX_ID}", content_type="text/plain")
     offset = int(offset_text)
     items = run.items.filter(changed=True) if kind or request.GET.get("changed") else run.items.all()
-    shown = []
-    if kind:  # a kind is a key of each item's kinds: matched here, its number is in the run's counts
-        total = run.counts.get(kind, 0)
-        # The kinds alone are read to find the page's calls, then those calls whole: reading each
-        # changed call whole read every compressed diff of a long run for one page.
-        matching = (pk for pk, kinds in items.values_list("id", "kinds").iterator(chunk_size=2000) if kind in kinds)
-        ids = list(itertools.islice(matching, offset, offset + ITEMS_SHOWN))
-        shown = [{"item": item, "diff": item_diff(item)} for item in run.items.filter(id__in=ids)]
+    total = listing_total(run, kind, bool(request.GET.get("changed")))  # a page lists no more (paging.py)
+    if kind:
+        shown = _rows(run.items.filter(id__in=ids_of_kind(run.pk, kind, offset, listed_up_to(total, offset, ITEMS_SHOWN))))
     else:
-        total = items.count()
-        shown = [{"item": item, "diff": item_diff(item)} for item in items[offset : offset + ITEMS_SHOWN]]
-    query = {k: request.GET[k] for k in ("kind", "changed") if request.GET.get(k)}
+        shown = _rows(items[offset : offset + listed_up_to(total, offset, ITEMS_SHOWN)])
+    query = {k: request.GET[k] for k in ("kind", "changed", "errors") if request.GET.get(k)}
     page = {"first": offset + 1, "last": offset + len(shown), "total": total, "paged": offset > 0 or total > len(shown),
             "previous": urlencode(dict(query, offset=max(0, offset - ITEMS_SHOWN))) if offset else "",
             "next": urlencode(dict(query, offset=offset + ITEMS_SHOWN)) if offset + len(shown) < total else ""}
-    context = {"run": run, "items": shown, "kind": kind, "counts": sorted(run.counts.items()), "page": page,
-               "running": running}
+    context = {"run": run, "items": shown, "kind": "" if not_replayed else kind, "not_replayed": not_replayed,
+               "counts": sorted(run.counts.items()), "page": page, "running": running}
     return render(request, "dashboard/replay.html", context)
+
+
+def _rows(items) -> list[dict]:
+    """The page's rows: each call with the summary of its diff. The node changes (up to
+    diff.MAX_NODE_CHANGES a call) are not on the page: a page of 200 changed calls was megabytes
+    of them; the row loads its own when opened (replay_item)."""
+    items = list(items)
+    originals = [item.original_id for item in items if item.original_id]
+    # Each row names its call (verb, backend, pod): without them a developer opened every changed
+    # call to learn whose decision it was. One query for the page's calls, bodies left out.
+    calls = {c["pk"]: c for c in Call.objects.filter(pk__in=originals).values(
+        "pk", "form", "verb", "backend", "pod_namespace", "pod_name")} if originals else {}
+    rows = []
+    for item in items:
+        call = calls.get(item.original_id)
+        combined = None if call is None else call["form"] == "combined"
+        rows.append({"item": item, "call": call, "diff": summary(item_diff(item), combined)})
+    return rows
+
+
+@replay_required
+def replay_item(request, pk: int, item: int):
+    """One call's node changes: the fragment its row on the run page loads when opened, or a
+    page of its own when followed as a link (no script)."""
+    row = object_or_404(ReplayItem, pk=item, run_id=pk)
+    diff = item_diff(row) or {}
+    context = {"run_id": pk, "item": row, "nodes": diff.get("nodes") or [], "more_nodes": diff.get("more_nodes") or 0}
+    if request.htmx:
+        return render(request, "dashboard/_replay_nodes.html", context)
+    return render(request, "dashboard/replay_item.html", context)
 
 
 @requires(Perm.VIEW_CALLS)

@@ -58,5 +58,6 @@ urlpatterns = [
     path("calls/<int:pk>/", call_page.call, name="call"),
     path("replays/", replay_pages.replays, name="replays"),
     path("replays/<int:pk>/", replay_pages.replay, name="replay"),
+    path("replays/<int:pk>/items/<int:item>/", replay_pages.replay_item, name="replay-item"),
     path("shadows/", replay_pages.shadows, name="shadows"),
 ]

@@ -419,3 +419,16 @@ class ReplayItem(models.Model):
         ordering = ["id"]
         default_permissions = ()
         indexes = [models.Index(fields=["run", "changed"], name="replayitem_run_changed")]
+
+
+class ReplayItemKind(models.Model):
+    """One kind of change of one replay item, written with the item (replay/storing.store): the
+    (run, kind, item) index that pages a run's items by kind (replay/paging.py; migration 0017 says why)."""
+
+    run = models.ForeignKey(ReplayRun, related_name="+", on_delete=models.CASCADE, db_index=False)  # the index's prefix
+    item = models.ForeignKey(ReplayItem, related_name="kind_rows", on_delete=models.CASCADE)
+    kind = models.CharField(max_length=100)
+
+    class Meta:
+        default_permissions = ()
+        indexes = [models.Index(fields=["run", "kind", "item"], name="replayitemkind_page")]

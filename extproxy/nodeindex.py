@@ -6,7 +6,7 @@ NodeSetEntry per pair) and a call carries the set's id (Call.node_set): the usua
 indexing a call is one integer in its row; a new set costs one row per pair, once.
 
 `NodeSets.assign` is called by the recorder inside the batch's transaction, before the Call
-rows are inserted (and by the replay runner for each replay it records, replay/runner.store). It remembers the ids of sets it has stored (bounded); it forgets them when
+rows are inserted (and by the replay runner for each replay it records, replay/storing.store). It remembers the ids of sets it has stored (bounded); it forgets them when
 the transaction does not commit, and refreshes a set's last_seen at most every TOUCH_EVERY
 while calls use it, so retention (which deletes sets no kept call refers to) never deletes a
 set it remembers. Off with EXTPROXY_NODE_INDEX=0. This module must not decide verdicts: it

@@ -84,7 +84,7 @@ def test_a_large_reply_that_breaks_off_or_runs_out_of_time_is_that_calls_outcome
     the proxy records it (the scheduler takes it as a failed call), and the batch goes on."""
     import socket
 
-    from extproxy.replay.runner import item_diff
+    from extproxy.replay.stored import item_diff
     from tests.test_relay import REPLY, first_half_then
 
     def closes(handler) -> None:

@@ -9,7 +9,8 @@ from extproxy.models import ReplayItem, ReplayRun
 from extproxy.nodeindex import NodeSets
 from extproxy.recorder import NodeDeduper
 from extproxy.recording.rows import MAX_ERROR_TEXT
-from extproxy.replay.runner import Original, Result, run_replay, store
+from extproxy.replay.runner import Original, Result, run_replay
+from extproxy.replay.storing import store
 from tests.test_combined import failing
 from tests.test_replay_scale import record_calls, without_nagle
 
@@ -69,7 +70,7 @@ def test_progress_saves_leave_the_error_field_to_whoever_wrote_it_until_the_run_
 
     run_replay(run, config=config, on_result=meanwhile)
     run.refresh_from_db()
-    assert seen == [0, 1, 2]  # progress was saved between the calls
+    assert seen == [1, 2, 3]  # the figures were written with each call's item, and saves went on between calls
     assert (run.status, run.done, run.error) == ("done", 3, "")  # the end writes the run's own
 
 

@@ -39,8 +39,11 @@ def test_it_replays_one_call_from_its_page_and_shows_the_diff(backend_server, pr
     run = ReplayRun.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/replays/{run.pk}/"
     page = developer.get(response["Location"]).content.decode()
-    assert "passed-&gt;failed" in page and "&lt;b&gt;drained&lt;/b&gt;" in page and "<b>drained</b>" not in page
-    replay_id = run.items.get().replay_id
+    assert "passed-&gt;failed" in page and "<b>drained</b>" not in page
+    item = run.items.get()
+    replay_id = item.replay_id
+    nodes = developer.get(f"/replays/{run.pk}/items/{item.pk}/", HTTP_HX_REQUEST="true").content.decode()  # the row opened
+    assert "&lt;b&gt;drained&lt;/b&gt;" in nodes and "<b>drained</b>" not in nodes
     assert f'href="/calls/{replay_id}/"' in page and f'href="/calls/{original.pk}/"' in page
     assert "This call is a replay" in developer.get(f"/calls/{replay_id}/").content.decode()
 

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from extproxy.models import ReplayItem, ReplayRun
+from extproxy.replay.paging import index_kinds
 from tests.test_replay_pages import logged_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,6 +19,7 @@ def test_the_run_page_pages_through_450_calls():
         ReplayItem(run=run, changed=i % 3 == 0, kinds=["passed->failed"] if i % 3 == 0 else [], error=f"e{i}")
         for i in range(450)
     ])
+    index_kinds(ReplayItem.objects.filter(run=run))  # as the runner enters them with each item
     pages = logged_in("developer")
 
     def rows(query: str) -> tuple[list[str], str]:
@@ -51,6 +53,7 @@ def test_the_progress_poll_reads_the_run_and_none_of_its_calls():
         ReplayItem(run=run, changed=i % 3 == 0, kinds=["passed->failed"] if i % 3 == 0 else [], error=f"e{i}")
         for i in range(300)
     ])
+    index_kinds(ReplayItem.objects.filter(run=run))  # as the runner enters them with each item
     pages = logged_in("developer")
     poll = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "progress"}
 
@@ -81,6 +84,7 @@ def test_the_api_pages_through_a_runs_calls_with_their_count_and_the_next_offset
         ReplayItem(run=run, changed=i % 3 == 0, kinds=["passed->failed"] if i % 3 == 0 else [], error=f"e{i}")
         for i in range(450)
     ])
+    index_kinds(ReplayItem.objects.filter(run=run))  # as the runner enters them with each item
     user = User.objects.create_user("dev", password="pw")
     user.groups.add(Group.objects.get(name="developer"))
     api = APIClient(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=user).key)
@@ -114,6 +118,7 @@ def test_a_kind_page_reads_the_diffs_of_the_calls_it_shows_only():
                    diff_blob=diff)
         for i in range(600)
     ])
+    index_kinds(ReplayItem.objects.filter(run=run))  # as the runner enters them with each item
     statements: list[tuple[str, tuple]] = []
 
     def watched(execute, sql, params, many, context):

@@ -67,6 +67,7 @@ ROUTES: dict[str, tuple[str, set[str]]] = {
     "calls/<int:pk>/": ("/calls/{call}/", DEVELOPERS),
     "replays/": ("/replays/", DEVELOPERS),
     "replays/<int:pk>/": ("/replays/{replay}/", DEVELOPERS),
+    "replays/<int:pk>/items/<int:item>/": ("/replays/{replay}/items/{item}/", DEVELOPERS),
     "shadows/": ("/shadows/", EVERYONE),
     "api/shadows/": ("/api/shadows/", EVERYONE),
 }

@@ -8,9 +8,12 @@ developer role): a replay sends recorded requests to backends and any URL given.
                             are not recorded calls a 404 naming them ("missing", at most 20),
                             unless "allow_missing": true (the others run; the answer names them)
     GET  /api/replays/      runs, newest first
-    GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?offset=; a page
-                            of 200, with items_total and items_next, the next page's offset or null)
-    GET  /api/replays/<id>/items/<item>/   one item with its whole diff
+    GET  /api/replays/<id>/ progress, counts by kind of change, items (?changed=1, ?kind= one kind of
+                            change, ?errors=1 the calls that could not be replayed, ?offset=; a
+                            page of 200, with items_total and items_next, the next page's offset
+                            or null; a page lists no more than items_total, also while it runs)
+    GET  /api/replays/<id>/items/<item>/   one item with its whole diff ("parts": null in a diff
+                            stored before a combined call's parts were compared: not compared)
     POST /api/replays/<id>/cancel/   stop a queued or running run (between calls; audited);
                             409 when it has ended. GET: whether it can still be cancelled.
                             A run shows the ask in cancel_requested_by/_at (and in words in error)
@@ -29,11 +32,14 @@ from rest_framework.response import Response
 from ..audit import Action, audit
 from ..engine import get_engine
 from ..models import ReplayItem, ReplayRun
-from ..replay.runner import MAX_CALLS_PER_RUN, item_diff, missing_calls, missing_words, run_replay, select_calls
+from ..replay.runner import MAX_CALLS_PER_RUN, missing_calls, missing_words, run_replay, select_calls
 from ..replay.cancel import request_cancel
+from ..replay.paging import NOT_REPLAYED, ids_of_kind, listed_up_to, listing_total
+from ..replay.stored import item_diff
 from ..replay.targets import TargetError, check, standing_in_for_selected
 from ..replay.worker import beating, get_worker
 from ..roles import Perm
+from ..timetext import iso_z
 from .bodies import MAX_ID, TRUE, flag, object_or_404
 from .parsers import BoundedJSONParser
 from .permissions import needs
@@ -55,7 +61,7 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
     return {
         "id": run.pk,
         "status": run.status,
-        "created_at": _iso(run.created_at),
+        "created_at": iso_z(run.created_at),
         "created_by": run.created_by.username if run.created_by else None,
         "selector": run.selector,
         "target": run.shown_target,
@@ -70,14 +76,10 @@ def run_to_json(run: ReplayRun) -> dict[str, Any]:
         "counts": run.counts,
         "error": run.error or run.cancel_note,  # a cancel in words too, for clients that read only this
         "cancel_requested_by": run.cancel_requested_by or None,
-        "cancel_requested_at": _iso(run.cancel_requested_at),
+        "cancel_requested_at": iso_z(run.cancel_requested_at),
         "url": f"/api/replays/{run.pk}/",
         "page": f"/replays/{run.pk}/",
     }
-
-
-def _iso(moment) -> str | None:
-    return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
 def item_to_json(item: ReplayItem, with_diff: bool = False) -> dict[str, Any]:
@@ -263,8 +265,20 @@ def replay_detail(request, pk: int):
         raise ValidationError({"offset": "0 or more"})
     if offset > MAX_ID:  # the database's OFFSET is 64 bits (SQLite: "datatype mismatch" past it)
         raise ValidationError({"offset": f"at most {MAX_ID}"})
-    page = [item_to_json(i) for i in items[offset : offset + ITEMS_PAGE]]
-    total = items.count()  # of this selection (changed only, or all): a script needs no short page to stop
+    kind = request.query_params.get("kind") or ""
+    errors = request.query_params.get("errors") or ""
+    if errors.lower() not in TRUE + FALSE:
+        raise ValidationError({"errors": f"one of {', '.join(TRUE + FALSE)}"})
+    if flag(request.query_params, "errors"):  # the calls that could not be replayed, listed as a kind
+        kind = NOT_REPLAYED
+    # Of this selection (one kind, changed only, or all): a script needs no short page to stop.
+    # A page lists no more than its total, also while the run goes on (as the run page).
+    total = listing_total(run, kind, flag(request.query_params, "changed"))
+    listed = listed_up_to(total, offset, ITEMS_PAGE)
+    if kind:  # the calls with one kind of change, through the run's kind index
+        page = [item_to_json(i) for i in run.items.filter(id__in=ids_of_kind(run.pk, kind, offset, listed))]
+    else:
+        page = [item_to_json(i) for i in items[offset : offset + listed]]
     following = offset + ITEMS_PAGE if offset + ITEMS_PAGE < total else None
     return Response(dict(run_to_json(run), items=page, items_offset=offset, items_page=ITEMS_PAGE,
                          items_total=total, items_next=following))

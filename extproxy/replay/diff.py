@@ -11,8 +11,9 @@ scheduler's on both sides. Compared per (backend, node):
 * `winner`: the best-scored node(s) of the call itself (prioritize: what the extenders add
   for the scheduler's choice), before and after;
 * `outcome` (ok, error, timeout; e.g. `outcome:ok->timeout`; then no node is compared, as
-  the scheduler drops a failed reply whole, but the error texts and the parts are shown) and `error` text changes (but for the URL the
-  text names as the one posted to: a replay against another build posts to another URL);
+  the scheduler drops a failed reply whole, but the error texts and the parts are shown) and
+  `error` text changes (but for the URL the text names as the one posted to: a replay against
+  another build posts to another URL);
 * `part:<before>-><after>`: a combined call's part (one backend's) that went another way. The
   scheduler goes on without a failed prioritizer (or ignorable filter), so the call's own
   outcome stays `ok` and the nodes alone would only say that backend's verdicts went missing

@@ -10,7 +10,7 @@ Binds are skipped unless allowed: a replayed bind would bind a real pod.
 `run_replay` does a stored ReplayRun: selects the calls (iterated, never all in memory),
 replays them at most `rate` per second, records each replay as a Call linked to its original
 (`is_replay`, `replay_of`; not published to the live feed), stores a ReplayItem with the diff,
-and keeps the run's progress and counts by kind of change. Memory does not grow with the
+and keeps the run's progress and counts by kind of change, written with each item (storing.py). Memory does not grow with the
 number of calls: one call, its replay and its diff at a time.
 
 The event loop is driven from synchronous code (run_until_complete per call), so the ORM is
@@ -19,29 +19,26 @@ never used inside the loop.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import msgspec
 
 from .. import protocol
 from ..bodies import request_of
 from ..config import BackendConfig, ProxyConfig, RedactionConfig
 from ..nodeindex import NodeSets
 from ..backends.base import StreamBroken
-from ..recorder import AttemptTracker, NodeDeduper, build_call, compress
-from ..recording.bulk import make_storable
+from ..recorder import AttemptTracker, NodeDeduper, build_call
 from ..recording.rows import MAX_ERROR_TEXT, Undecodable
 from ..redaction import bounded_text
 from . import diff as diffs
 from .cancel import Cancelled, check_cancelled
 from .modes import in_mode
 from .paging import as_it_stands, in_pages
+from .storing import store
 from .targets import CaptureRecorder, TargetError, base_backend, replacing
 
 log = logging.getLogger(__name__)
@@ -281,46 +278,12 @@ def missing_words(missing: list[int], asked: int, shown: int = 20) -> str:
     return f"{len(missing)} of the {asked} call ids name no recorded call (pruned or mistyped): {named}"
 
 
-def store(result: Result, run, nodes: NodeDeduper, node_sets: NodeSets) -> Any:
-    """Record the replay (linked to its original, with its node set) and its ReplayItem, in one transaction.
-    The item's error is redacted and bounded as a call's is: it can quote a target's URL with
-    its password, or an exception's text of any length."""
-    from django.db import transaction
-
-    from ..models import BackendCall, Call, NodeObject, ReplayItem
-
-    replay = None
-    with transaction.atomic():
-        if result.call is not None:
-            fresh, _ = nodes.take_batch()
-            if fresh:
-                NodeObject.objects.bulk_create(
-                    [NodeObject(sha256=sha, name=name, data=compress(data)) for sha, (name, data) in fresh.items()],
-                    ignore_conflicts=True,
-                )
-            replay = make_storable(result.call)
-            replay.is_replay, replay.replay_of_id, replay.attempt = True, result.original.call_id, ""
-            node_sets.assign([replay])  # build_call's pairs; a no-op while EXTPROXY_NODE_INDEX=0
-            replay.save()
-            for child in result.children:
-                make_storable(child).call = replay
-            BackendCall.objects.bulk_create(result.children)
-        diff_json = result.diff.to_json() if result.diff else None
-        ReplayItem.objects.create(
-            run=run,
-            original_id=result.original.call_id,
-            replay=replay,
-            changed=bool(result.diff and result.diff.changed),
-            kinds=sorted(result.diff.kinds) if result.diff else [],
-            diff_blob=compress(msgspec.json.encode(diff_json)) if diff_json else b"",
-            error=bounded_text(result.error, nodes.rules, MAX_ERROR_TEXT),
-            request_marks=result.original.marks if result.status == "replayed" else [],
-        )
-    return replay
+FIGURES = ("done", "changed", "errors", "skipped", "redacted", "counts")  # what the run counts of its items
 
 
 class Progress:
-    """Counts of a run, saved to its row at most every PROGRESS_EVERY seconds."""
+    """Counts of a run: written with each item (store), and saved with the run's status at
+    most every PROGRESS_EVERY seconds."""
 
     def __init__(self, run) -> None:
         self.run = run
@@ -340,6 +303,21 @@ class Progress:
                 self.counts[kind] += 1
         if result.status == "replayed" and result.original.marks:
             run.redacted += 1
+
+    def snapshot(self) -> tuple:
+        return tuple(getattr(self.run, name) for name in FIGURES[:-1]) + (Counter(self.counts),)
+
+    def restore(self, figures: tuple) -> None:
+        for name, value in zip(FIGURES[:-1], figures):
+            setattr(self.run, name, value)
+        self.counts = figures[-1]
+
+    def write_figures(self) -> None:
+        """The run's figures as counted, to its row (in the item's transaction: store)."""
+        from ..models import ReplayRun
+
+        self.run.counts = dict(self.counts)
+        ReplayRun.objects.filter(pk=self.run.pk).update(**{name: getattr(self.run, name) for name in FIGURES})
 
     def save(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._saved < PROGRESS_EVERY:
@@ -378,8 +356,7 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
                 next_at = max(next_at, time.monotonic() - 1.0) + interval  # at most a second of catch-up burst
             check_cancelled(run)  # replay/cancel.py: raises Cancelled once the run is cancelled
             result = replayer.replay(Original.from_call(call))
-            store(result, run, replayer.nodes, replayer.node_sets)
-            progress.add(result)
+            store(result, run, replayer.nodes, replayer.node_sets, progress)
             if on_result is not None:
                 on_result(result)
             progress.save()
@@ -394,7 +371,3 @@ def run_replay(run, config: ProxyConfig | None = None, on_result: Callable[[Resu
         replayer.close()
         run.finished_at = timezone.now()
         progress.save(force=True)  # a cancel asked after the last call stays in its own fields
-
-
-def item_diff(item) -> dict | None:
-    return json.loads(zlib.decompress(bytes(item.diff_blob))) if item.diff_blob else None
