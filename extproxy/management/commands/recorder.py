@@ -23,11 +23,12 @@ import threading
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from dashboard import rollup
 from extproxy.background import lower_priority, watch_parent
 from extproxy.heap import manage_heap
+from extproxy.management.background_command import BackgroundCommand
 from extproxy.config import load_config
 from extproxy.recording.abandoned import Reclaimer
 from extproxy.recording.live import recorder_publisher
@@ -39,7 +40,7 @@ from extproxy.spool_reports import SpoolReporter
 log = logging.getLogger("extproxy.recorder")
 
 
-class Command(BaseCommand):
+class Command(BackgroundCommand):
     help = "Drain the recording spool into the database (the recorder process)."
 
     def add_arguments(self, parser):

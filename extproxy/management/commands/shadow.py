@@ -18,11 +18,11 @@ import threading
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
 from extproxy import shadow as shadows_module
 from extproxy.background import lower_priority, watch_parent
 from extproxy.heap import manage_heap
+from extproxy.management.background_command import BackgroundCommand
 from extproxy.config import RedactionConfig, load_config
 from extproxy.policies import default_policy, parse_policy
 from extproxy.shadowstats import load_state, save_state
@@ -30,7 +30,7 @@ from extproxy.shadowstats import load_state, save_state
 log = logging.getLogger("extproxy.shadow")
 
 
-class Command(BaseCommand):
+class Command(BackgroundCommand):
     help = "Send each recorded call of a backend to its shadow backends and diff the decisions (the shadow process)."
 
     def add_arguments(self, parser):
