@@ -40,6 +40,15 @@ def _test_database_on_disk() -> None:
 
 _test_database_on_disk()
 
+
+def _quick_password_hashes() -> None:
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["tests.hashers.QuickPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
+
+
+_quick_password_hashes()
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # copied from the shared fixtures: a clone is self-contained
 
 
