@@ -60,6 +60,14 @@ def fixture_json(name: str) -> Any:
     return json.loads(fixture_bytes(name))
 
 
+def serve_in_thread(httpd: ThreadingHTTPServer) -> threading.Thread:
+    """`httpd.serve_forever()` in a daemon thread, looking for `shutdown()` every 20 ms: at its
+    default of 0.5 s, each server's shutdown at a test's end waited up to half a second."""
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    return thread
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -136,8 +144,7 @@ class BackendServer:
         self.httpd.daemon_threads = True
         self.httpd.behaviours = behaviours  # type: ignore[attr-defined]
         self.httpd.received = []  # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.thread = serve_in_thread(self.httpd)
 
     @property
     def url(self) -> str:

@@ -5,11 +5,12 @@ a short pause so the client reconnects as it would after a server-side timeout."
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
+
+from tests.conftest import serve_in_thread
 
 
 @dataclass
@@ -75,7 +76,7 @@ class FakeKubeAPI:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        serve_in_thread(self.httpd)
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -6,14 +6,13 @@ way the API server does, reached through a kubeconfig file.
 from __future__ import annotations
 
 import json
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
 
 from extproxy import kube
-from tests.conftest import fixture_bytes, fixture_json, write_kubeconfig
+from tests.conftest import fixture_bytes, fixture_json, serve_in_thread, write_kubeconfig
 
 POLICY_CONFIG = {
     "backends": [
@@ -54,7 +53,7 @@ class FakeAPIServer:
                 self.wfile.write(status_body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        serve_in_thread(self.httpd)
 
     def close(self):
         self.httpd.shutdown()

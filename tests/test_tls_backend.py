@@ -7,13 +7,12 @@ from __future__ import annotations
 import base64
 import ssl
 import subprocess
-import threading
 from http.server import ThreadingHTTPServer
 
 import pytest
 import requests
 
-from tests.conftest import BackendHandler, fixture_bytes, pass_all
+from tests.conftest import BackendHandler, fixture_bytes, pass_all, serve_in_thread
 
 
 @pytest.fixture
@@ -30,7 +29,7 @@ def tls_backend(tmp_path):
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    serve_in_thread(httpd)
     yield f"https://127.0.0.1:{httpd.server_address[1]}", cert.read_bytes(), httpd
     httpd.shutdown()
     httpd.server_close()
