@@ -30,7 +30,7 @@ def _bound_node(call: Call) -> str | None:
         return call.bound_to
     if "request_body" in call.get_deferred_fields():
         call = Call.objects.only("request_body").get(pk=call.pk)
-    return records.bind_node(call.request_body)
+    return records.bind_node(records.request_of(call)[0])
 
 
 # --- a pod's attempts ----------------------------------------------------------------------
@@ -93,7 +93,7 @@ def node_verdicts(filter_calls_: list[Call]) -> tuple[list[str], list[str], dict
     nodes: OrderedDict[str, dict] = OrderedDict()
     backends: list[str] = []
     for call in filter_calls_:
-        for d in call.decisions():
+        for d in records.decisions_of(call):
             backend = d.get("backend") or call.backend
             if backend not in backends:
                 backends.append(backend)
@@ -116,7 +116,7 @@ def reason_summary(filter_calls_: list[Call], backends: dict | None = None) -> l
             per_backend[call.backend] = {"backend": call.backend, "total": call.node_count, "passed": None,
                                          "reasons": [], "message": f"{call.outcome}, {what}: {call.error or call.outcome}"}
             continue
-        for d in call.decisions():
+        for d in records.decisions_of(call):
             backend = d.get("backend") or call.backend
             entry = per_backend.setdefault(backend, {"backend": backend, "total": 0, "passed": 0, "reasons": Counter()})
             entry["total"] += 1
@@ -149,7 +149,7 @@ def score_matrix(prioritize_calls: list[Call]) -> tuple[list[str], list[dict]]:
     backends: list[str] = []
     rows: OrderedDict[str, dict] = OrderedDict()
     for call in prioritize_calls:
-        for d in call.decisions():
+        for d in records.decisions_of(call):
             if d["result"] != "scored":
                 continue
             backend = d.get("backend") or call.backend
@@ -171,7 +171,7 @@ def pod_labels(calls: list[Call]) -> dict[str, str]:
     for call in sorted(calls, key=lambda c: (c.started_at, c.id), reverse=True):
         if "request_body" in call.get_deferred_fields():
             continue
-        labels = records.pod_labels(call.request_body)
+        labels = records.pod_labels(records.request_of(call)[0])
         if labels is not None:
             return labels
     return {}
@@ -209,7 +209,7 @@ def attempt_calls(keys: list[str], requests: bool = False) -> dict[str, list[Cal
         combined[child.call_id].children.append(child)
     if binds:  # the node each bind names, in one query (bind requests are a few bytes)
         for id_, body in Call.objects.filter(id__in=list(binds)).values_list("id", "request_body"):
-            binds[id_].bound_to = records.bind_node(body)
+            binds[id_].bound_to = records.bind_node(records.envelope(body))
     return found
 
 
@@ -261,7 +261,7 @@ def _pod_object(calls: list[Call]) -> dict | None:
     """The pod as a filter request carried it (for the binder's interest), when one is at hand."""
     for call in calls:
         if call.verb in ("filter", "prioritize") and "request_body" not in call.get_deferred_fields():
-            pod = records.envelope(call.request_body).get("Pod")
+            pod = records.request_of(call)[0].get("Pod")
             if isinstance(pod, dict):
                 return pod
     return None

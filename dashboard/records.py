@@ -70,13 +70,49 @@ def unreadable(stored: bytes | memoryview | None) -> str:
     return _read(stored)[1]
 
 
+def request_of(call) -> tuple[dict[str, Any], str]:
+    """`_read` of a call's stored request (loaded with it), kept on the call: the pod page reads
+    each request up to three times (the pod's labels, the binder's interest, whether it is
+    readable), and restoring a 5,000-node request takes about 12 ms each time. Kept with the
+    body it came from, so a body set afresh is read afresh, and freed with the call. Only calls
+    loaded with their requests are read here, which the listings (feed, pending pods) never
+    load. Callers only read what they get."""
+    stored = call.request_body
+    kept = call.__dict__.get("_read_request")
+    if kept is None or kept[0] is not stored:
+        kept = call.__dict__["_read_request"] = (stored, _read(stored))
+    return kept[1]
+
+
+def decisions_of(call) -> list[dict]:
+    """`call.decisions()`, decoded once per call for the pages of one call or one pod: the pod
+    page asks a call for them several times (the reason summary, the node table, the score
+    matrix), and a 5,000-node call's blob takes milliseconds each time. Kept with the blob it
+    came from and freed with the call. Not for what walks many calls (the story told for each of
+    the feed's or the pending list's attempts, the replay runner's pages of 100 calls): kept
+    there, every call's decoded decisions would be held at once. Callers only read the list."""
+    blob = call.decisions_blob
+    kept = call.__dict__.get("_decoded_decisions")
+    if kept is None or kept[0] is not blob:
+        kept = call.__dict__["_decoded_decisions"] = (blob, call.decisions())
+    return kept[1]
+
+
+def decisions_reusing(call) -> list[dict]:
+    """The decisions `decisions_of` kept for this call, else decoded and not kept: for what is
+    told of every attempt of a listing and of the pod page alike (story.py), so that the pod
+    page decodes each call once and a listing keeps none."""
+    kept = call.__dict__.get("_decoded_decisions")
+    return kept[1] if kept is not None and kept[0] is call.decisions_blob else call.decisions()
+
+
 def unreadable_requests(calls: list) -> list[dict[str, Any]]:
     """The calls (with their stored requests loaded) whose request cannot be read here, and why:
     the pod page says so, since what it reads from them (labels, the binder's interest) is
     missing."""
     found = []
     for call in calls:
-        if "request_body" not in call.get_deferred_fields() and (why := unreadable(call.request_body)):
+        if "request_body" not in call.get_deferred_fields() and (why := request_of(call)[1]):
             found.append({"call": call, "why": why})
     return found
 
@@ -99,16 +135,17 @@ def _pick(data: dict[str, Any], name: str) -> Any:
     return next((v for k, v in data.items() if k.casefold() == folded), None)
 
 
-def pod_labels(stored_request: bytes | memoryview | None) -> dict[str, str] | None:
-    """The pod's labels as a filter, prioritize or preempt request carried them (None: no pod)."""
-    pod = _pick(envelope(stored_request), "Pod")
+def pod_labels(request: dict[str, Any]) -> dict[str, str] | None:
+    """The pod's labels as a filter, prioritize or preempt request (`envelope`, `request_of`)
+    carried them (None: no pod)."""
+    pod = _pick(request, "Pod")
     if not isinstance(pod, dict):
         return None
     labels = (pod.get("metadata") or {}).get("labels") if isinstance(pod.get("metadata"), dict) else None
     return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
-def bind_node(stored_request: bytes | memoryview | None) -> str | None:
-    """The node an ExtenderBindingArgs names."""
-    node = _pick(envelope(stored_request), "Node")
+def bind_node(request: dict[str, Any]) -> str | None:
+    """The node an ExtenderBindingArgs (`envelope`, `request_of`) names."""
+    node = _pick(request, "Node")
     return node if isinstance(node, str) and node else None

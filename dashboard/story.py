@@ -22,6 +22,8 @@ from extproxy.config import BackendConfig
 from extproxy.models import _decisions
 from extproxy.semantics import FilterChain, Outcome, Verdict, bind_fallthrough, choose_binder
 
+from .records import decisions_reusing
+
 #: How long after its last call an attempt with feasible nodes and no bind counts as running.
 IN_PROGRESS_GRACE = timedelta(seconds=30)
 #: Scheduler events a little before the attempt's first call still belong to it (clock skew).
@@ -132,7 +134,7 @@ def sources(calls: Sequence[Any], verb: str) -> list[_Source]:
         return out
     return [
         _Source(c.verb, c.backend, c.id, c.started_at, c.finished_at, c.outcome, c.error,
-                [d for d in c.decisions() if (d.get("backend") or c.backend) == c.backend], c.node_count)
+                [d for d in decisions_reusing(c) if (d.get("backend") or c.backend) == c.backend], c.node_count)
         for c in latest_per_backend([c for c in calls if c.form != "combined"], verb)
     ]
 

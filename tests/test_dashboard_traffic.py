@@ -134,6 +134,52 @@ def test_it_tells_a_full_object_pods_story_with_the_ignorable_timeout_skipped(sc
     assert "passed 0" not in body and "0/2 nodes are available" not in body  # the timeout is no rejection
 
 
+def test_the_pod_page_decodes_each_calls_decisions_and_request_once(scene, monkeypatch):
+    """The pod page asks each call for its decisions (the reason summary, the node table, the
+    story) and reads each stored request (the labels, the binder's interest, the bound node,
+    whether it is readable) more than once; a 5,000-node call's blob and request take
+    milliseconds each time. Each is decoded once per page, and the page still tells the story.
+    Counted by the stored object read (the pages hold each call's for the request), since two
+    calls may store the same bytes. The story told for each attempt of a listing keeps none."""
+    import extproxy.models
+    from dashboard import records
+
+    per_backend_attempt(scene, "trainer-a")
+    scene.flush()
+    client = viewer()
+    decoded: list = []  # the stored objects themselves: their ids stay theirs while listed here
+    read: list = []
+    decode, read_body = extproxy.models._decisions, records._read
+
+    def counted_decode(blob):
+        decoded.append(blob)
+        return decode(blob)
+
+    def counted_read(stored):
+        read.append(stored)
+        return read_body(stored)
+
+    monkeypatch.setattr(extproxy.models, "_decisions", counted_decode)
+    monkeypatch.setattr(records, "_read", counted_read)
+    body = page(client, "/pods/ml-team/trainer-a/")
+    assert "Bound to node-01 by extender binder gpu." in body
+    for reason in GPU_REASONS["FailedNodes"].values():
+        assert reason in body
+    # five filters and prioritizes have decisions; every request of the attempt is read
+    assert len(decoded) >= 5 and len(read) >= 6, (len(decoded), len(read))
+    assert len({id(blob) for blob in decoded}) == len(decoded)
+    assert len({id(stored) for stored in read}) == len(read)
+
+    # What the feed and the pending list tell of each of up to hundreds of attempts keeps no
+    # decoded decisions: held for all of them at once, 5,000-node calls' would add up.
+    from dashboard import queries
+
+    calls = [c for found in queries.attempt_calls([k.key for k in queries.pod_attempts("ml-team", "trainer-a")]).values()
+             for c in found]
+    assert queries.story_of(calls, []).state == "bound"
+    assert calls and not any("_decoded_decisions" in c.__dict__ for c in calls)
+
+
 def test_it_lists_a_pod_left_without_a_node_and_drops_it_after_a_later_bind(scene):
     BUSY.add("stuck-b")
     per_backend_attempt(scene, "stuck-b")
