@@ -123,10 +123,13 @@ class FreezableRelay:
                         self.swallowed_bytes += len(data)
                     continue
                 assert sink is not None
+                if from_client:
+                    # Marked before it is sent: marked after, a fast server's answer could reach
+                    # the other pump before the mark, and pass (a CI run saw it).
+                    self._mark(client, data)
                 sink.sendall(data)
                 if from_client:
                     self._spend(len(data))
-                    self._mark(client, data)
         except OSError:
             pass
         for sock in (source, sink):
