@@ -30,7 +30,7 @@ def _bound_node(call: Call) -> str | None:
         return call.bound_to
     if "request_body" in call.get_deferred_fields():
         call = Call.objects.only("request_body").get(pk=call.pk)
-    return records.bind_node(records.request_of(call)[0])
+    return records.bind_node(records.read_request(call)[0])
 
 
 # --- a pod's attempts ----------------------------------------------------------------------
@@ -171,7 +171,7 @@ def pod_labels(calls: list[Call]) -> dict[str, str]:
     for call in sorted(calls, key=lambda c: (c.started_at, c.id), reverse=True):
         if "request_body" in call.get_deferred_fields():
             continue
-        labels = records.pod_labels(records.request_of(call)[0])
+        labels = records.pod_labels(records.read_request(call)[0])
         if labels is not None:
             return labels
     return {}
@@ -261,7 +261,7 @@ def _pod_object(calls: list[Call]) -> dict | None:
     """The pod as a filter request carried it (for the binder's interest), when one is at hand."""
     for call in calls:
         if call.verb in ("filter", "prioritize") and "request_body" not in call.get_deferred_fields():
-            pod = records.request_of(call)[0].get("Pod")
+            pod = records.read_request(call)[0].get("Pod")
             if isinstance(pod, dict):
                 return pod
     return None

@@ -70,7 +70,7 @@ def unreadable(stored: bytes | memoryview | None) -> str:
     return _read(stored)[1]
 
 
-def request_of(call) -> tuple[dict[str, Any], str]:
+def read_request(call) -> tuple[dict[str, Any], str]:
     """`_read` of a call's stored request (loaded with it), kept on the call: the pod page reads
     each request up to three times (the pod's labels, the binder's interest, whether it is
     readable), and restoring a 5,000-node request takes about 12 ms each time. Kept with the
@@ -112,7 +112,7 @@ def unreadable_requests(calls: list) -> list[dict[str, Any]]:
     missing."""
     found = []
     for call in calls:
-        if "request_body" not in call.get_deferred_fields() and (why := request_of(call)[1]):
+        if "request_body" not in call.get_deferred_fields() and (why := read_request(call)[1]):
             found.append({"call": call, "why": why})
     return found
 
@@ -136,7 +136,7 @@ def _pick(data: dict[str, Any], name: str) -> Any:
 
 
 def pod_labels(request: dict[str, Any]) -> dict[str, str] | None:
-    """The pod's labels as a filter, prioritize or preempt request (`envelope`, `request_of`)
+    """The pod's labels as a filter, prioritize or preempt request (`envelope`, `read_request`)
     carried them (None: no pod)."""
     pod = _pick(request, "Pod")
     if not isinstance(pod, dict):
@@ -146,6 +146,6 @@ def pod_labels(request: dict[str, Any]) -> dict[str, str] | None:
 
 
 def bind_node(request: dict[str, Any]) -> str | None:
-    """The node an ExtenderBindingArgs (`envelope`, `request_of`) names."""
+    """The node an ExtenderBindingArgs (`envelope`, `read_request`) names."""
     node = _pick(request, "Node")
     return node if isinstance(node, str) and node else None
