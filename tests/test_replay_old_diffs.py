@@ -9,8 +9,6 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-from django.contrib.auth.models import Group, User
-from django.test import Client
 from django.utils import timezone
 
 from extproxy.models import Call, ReplayItem, ReplayRun
@@ -18,6 +16,7 @@ from extproxy.replay.paging import index_kinds
 from extproxy.recorder import compress
 from tests.conftest import fixture_bytes
 from tests.test_replay import FULL
+from tests.test_replay_pages import logged_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,17 +45,10 @@ def run_of_old_diffs() -> tuple[ReplayRun, ReplayItem, ReplayItem]:
     return run, combined, single
 
 
-def developer() -> Client:
-    user = User.objects.create_user(f"old-diffs-{User.objects.count()}", password="pw")
-    user.groups.add(Group.objects.get(name="developer"))
-    client = Client()
-    assert client.login(username=user.username, password="pw")
-    return client
-
 
 def test_the_run_page_says_a_combined_calls_parts_were_not_compared():
     run, combined, single = run_of_old_diffs()
-    client = developer()
+    client = logged_in("developer")
 
     for query in ("", "?changed=1", "?kind=removed"):
         response = client.get(f"/replays/{run.pk}/{query}")
@@ -71,7 +63,7 @@ def test_the_run_page_says_a_combined_calls_parts_were_not_compared():
 
 def test_a_rows_node_changes_and_the_api_read_an_old_diff():
     run, combined, _ = run_of_old_diffs()
-    client = developer()
+    client = logged_in("developer")
 
     fragment = client.get(f"/replays/{run.pk}/items/{combined.pk}/", HTTP_HX_REQUEST="true")
     assert fragment.status_code == 200 and fragment.content.decode().count("<tr><td>node-0") == 2

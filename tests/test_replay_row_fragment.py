@@ -13,7 +13,6 @@ import msgspec
 import pytest
 import requests
 from django.contrib.auth.models import Group, User
-from django.test import Client
 
 from extproxy.models import ReplayItem, ReplayRun
 from extproxy.replay.paging import index_kinds
@@ -21,6 +20,7 @@ from extproxy.recorder import compress
 from tests.conftest import fixture_bytes, pass_all
 from tests.test_live_browser import browser_page  # noqa: F401 (fixture)
 from tests.test_per_backend import config_for
+from tests.test_replay_pages import logged_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,18 +50,11 @@ def stored_run(*node_counts: int) -> tuple[ReplayRun, list[ReplayItem]]:
     return run, items
 
 
-def developer() -> Client:
-    user = User.objects.create_user(f"dev-{User.objects.count()}", password="pw")
-    user.groups.add(Group.objects.get(name="developer"))
-    client = Client()
-    assert client.login(username=user.username, password="pw")
-    return client
-
 
 def test_the_run_page_shows_a_summary_of_each_changed_call_not_its_node_changes():
     few, _ = stored_run(3)
     many, [item] = stored_run(400)
-    client = developer()
+    client = logged_in("developer")
 
     small = client.get(f"/replays/{few.pk}/").content.decode()
     page = client.get(f"/replays/{many.pk}/").content.decode()
@@ -76,7 +69,7 @@ def test_the_run_page_shows_a_summary_of_each_changed_call_not_its_node_changes(
 def test_the_fragment_lists_one_calls_node_changes_as_text():
     run, [item] = stored_run(400)
     other, [elsewhere] = stored_run(2)
-    client = developer()
+    client = logged_in("developer")
 
     fragment = client.get(f"/replays/{run.pk}/items/{item.pk}/", HTTP_HX_REQUEST="true").content.decode()
     assert fragment.count("<tr><td>gpu-node-") == 399 and "<html" not in fragment
@@ -188,7 +181,7 @@ def test_a_replayed_run_of_full_object_traffic_reads_on_every_page_and_endpoint(
 
     monkeypatch.setattr("dashboard.replay_pages.ITEMS_SHOWN", 2)  # pages of 2: paging by kind shows
     monkeypatch.setattr("extproxy.api.replays.ITEMS_PAGE", 2)
-    client = developer()
+    client = logged_in("developer")
     for kind, calls in run["counts"].items():
         expected = [item["original"] for item in every if kind in item["kinds"]]
         assert len(expected) == calls
