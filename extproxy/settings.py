@@ -420,6 +420,11 @@ EXTPROXY_SPOOL_DIR = os.environ.get("EXTPROXY_SPOOL_DIR") or str(DATA_DIR / "spo
 # (bench/README.md, "Fifth pass").
 EXTPROXY_SPOOL_MAX_BYTES = envint("EXTPROXY_SPOOL_MAX_BYTES", 4 << 30)
 EXTPROXY_SPOOL_SEGMENT_BYTES = envint("EXTPROXY_SPOOL_SEGMENT_BYTES", 8 << 20)
+# A segment whose first record is this old is finished even when not full (0: by size only):
+# its bodies, unredacted, leave the disk once it is stored (README, "The spool").
+EXTPROXY_SPOOL_SEGMENT_SECONDS = float(os.environ.get("EXTPROXY_SPOOL_SEGMENT_SECONDS") or 60.0)
+if EXTPROXY_SPOOL_SEGMENT_SECONDS < 0:
+    raise ValueError(f"EXTPROXY_SPOOL_SEGMENT_SECONDS={EXTPROXY_SPOOL_SEGMENT_SECONDS}: expected 0 or more")
 # Deflate each call's record before it is spooled (recording/trace.py): 2.7-20x more calls fit.
 EXTPROXY_SPOOL_COMPRESS = envbool("EXTPROXY_SPOOL_COMPRESS", True)
 # ...records under 256 KiB only once the spool holds this many bytes (the recorder is behind); 0: always.

@@ -2,7 +2,9 @@
 overwrites them (pages already cached) instead of filling new files. Whatever old bytes a
 recycled file holds after its new data are never read as records nor counted as torn, by the
 recorder's reader, the shadow's tail, a restarted writer or the status; the free files count
-in the spool's bound; EXTPROXY_SPOOL_RECYCLE_SEGMENTS=0 deletes as before."""
+in the spool's bound; EXTPROXY_SPOOL_RECYCLE_SEGMENTS=0 deletes as before. A free file holds
+zeros, not the stored calls' bodies as received, and a segment a trickle of calls would keep
+open is finished by age (EXTPROXY_SPOOL_SEGMENT_SECONDS), so that it is retired too."""
 from __future__ import annotations
 
 import os
@@ -58,7 +60,7 @@ def test_a_committed_segment_is_overwritten_as_the_next_one_and_read_once(tmp_pa
     writer.append([b"d" * 20, b"e" * 30])  # segment 4: segment 1's file, its pages
     path = writer.directory / segment_name(4)
     assert inode(path) == first and free_files(writer.directory) == []
-    assert os.path.getsize(path) == frame_bytes(500, 500)  # not truncated: the old bytes are still there
+    assert os.path.getsize(path) == frame_bytes(500, 500)  # not truncated: the zeroed pages are still there
     result = reader.read(100, 1 << 20)
     assert [e.payload for e in result.entries] == [b"d" * 20, b"e" * 30] and result.torn == 0
     assert reader.read(100, 1 << 20).entries == []  # the old "b" frame after them is not read
@@ -380,3 +382,91 @@ def test_the_recorder_keeps_at_most_its_number_of_free_files_and_with_zero_delet
     assert segments(writer.directory) == [8] and free_files(writer.directory) == [2, 3]  # deleted, none added
     plain.close()
     writer.close()
+
+
+def test_a_stored_segment_is_zeroed_before_it_becomes_a_free_file(tmp_path):
+    secret = b"password=hunter2-in-a-pod-spec"
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10))
+    writer.append([secret * 40, secret])  # segment 1
+    writer.append([b"next"])  # segment 3
+    first = writer.directory / segment_name(1)
+    size, ino = os.path.getsize(first), inode(first)
+    assert secret in first.read_bytes()
+    reader = SpoolReader(tmp_path / "spool")
+    assert len(reader.read(10, 1 << 20).entries) == 3
+    reader.commit()
+
+    free = writer.directory / "00000000000000000001.free"
+    assert free_files(writer.directory) == [1] and inode(free) == ino  # the same file, its pages kept
+    assert free.read_bytes() == bytes(size)  # every byte zero: nothing of what was stored is left
+    writer.append([payload(4, 30), payload(5, 30)])  # segment 4 in that file reads as any other
+    assert [seq_of(e.payload) for e in reader.read(10, 1 << 20).entries] == [4, 5]
+    writer.close()
+    reader.close()
+
+
+def test_a_segment_that_could_not_be_zeroed_is_deleted_not_kept(tmp_path, monkeypatch, caplog):
+    from extproxy.recording import spool_reader
+
+    def refused(path, sync):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(spool_reader, "zero_file", refused)
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10))
+    writer.append([b"a" * 100])  # segment 1
+    writer.append([b"b" * 100])  # segment 2
+    reader = SpoolReader(tmp_path / "spool")
+    assert len(reader.read(10, 1 << 20).entries) == 2
+    reader.commit()  # the batch is stored: the failure costs the file, never the commit
+    assert segments(writer.directory) == [2] and free_files(writer.directory) == []
+    assert "could not zero a stored segment" in caplog.text
+    writer.close()
+    reader.close()
+
+
+def test_a_segment_whose_first_record_is_old_enough_is_finished_and_retired_without_more_calls(tmp_path):
+    writer = SpoolWriter(settings(tmp_path, segment_seconds=0.2))
+    writer.append([b"secret-1"])
+    writer.append([b"secret-2"])  # the same segment: neither full nor old
+    reader = SpoolReader(tmp_path / "spool")
+    assert [e.payload for e in reader.read(10, 1 << 20).entries] == [b"secret-1", b"secret-2"]
+    reader.commit()
+    writer.finish_aged()
+    assert segments(writer.directory) == [1]  # not yet: its first record is younger than 0.2 s
+
+    time.sleep(0.25)
+    writer.finish_aged()  # as the spool-writer does when it has nothing to append
+    assert segments(writer.directory) == [1, 3]  # the next one starts now, numbered for the next record
+    writer.finish_aged()
+    assert segments(writer.directory) == [1, 3]  # the new one holds nothing: it does not age
+    assert reader.read(10, 1 << 20).entries == []  # moves on to segment 3, nothing to read
+    reader.commit()
+    assert segments(writer.directory) == [3] and free_files(writer.directory) == [1]
+    assert b"secret" not in (writer.directory / "00000000000000000001.free").read_bytes()
+
+    writer.append([b"after"])  # numbered on, into the new segment
+    result = reader.read(10, 1 << 20)
+    assert [(e.seq, e.payload) for e in result.entries] == [(3, b"after")] and result.torn == 0
+    writer.close()
+    reader.close()
+
+
+def test_a_segment_written_into_after_its_age_goes_to_a_new_one_and_zero_seconds_means_by_size_only(tmp_path):
+    aged = SpoolWriter(settings(tmp_path, segment_seconds=0.2), name="aged")
+    aged.append([b"one"])
+    time.sleep(0.25)
+    aged.append([b"two"])  # the old segment is finished at this write, not only when idle
+    assert segments(aged.directory) == [1, 2]
+
+    by_size = SpoolWriter(settings(tmp_path, segment_seconds=0), name="by-size")
+    by_size.append([b"one"])
+    time.sleep(0.25)
+    by_size.finish_aged()
+    by_size.append([b"two"])
+    assert segments(by_size.directory) == [1]
+    reader = SpoolReader(tmp_path / "spool")
+    assert sorted((e.writer, e.payload) for e in reader.read(10, 1 << 20).entries) == [
+        ("aged", b"one"), ("aged", b"two"), ("by-size", b"one"), ("by-size", b"two")]
+    for w in (aged, by_size):
+        w.close()
+    reader.close()

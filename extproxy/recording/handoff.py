@@ -260,6 +260,7 @@ class SpoolRecorder:
                         self._spool(batch)
                     else:
                         self._sync_quietly()
+                        self._finish_aged_quietly()
                 except Exception:  # a bug: logged; the thread, and recording, go on
                     log.exception("recorder: a round of the spool-writer failed")
                 if closing and not batch:
@@ -335,6 +336,13 @@ class SpoolRecorder:
             self.writer.maybe_sync()
         except Exception as exc:
             log.error("recorder: spool fsync failed: %s: %s", type(exc).__name__, exc)
+
+    def _finish_aged_quietly(self) -> None:
+        assert self.writer is not None
+        try:
+            self.writer.finish_aged()
+        except Exception as exc:  # the disk: once per aged segment (it is let go), the next append tries anew
+            log.error("recorder: could not start a new spool segment: %s: %s", type(exc).__name__, exc)
 
     # status --------------------------------------------------------------------------
     @property

@@ -48,7 +48,12 @@ after the new data:
   last frame, and a restarted writer truncates a recycled segment left by a killed one at
   its marker, so finished segments look like new ones: their size is their data.
 The free files count in the spool's bound (EXTPROXY_SPOOL_MAX_BYTES); a writer at the bound
-deletes them before it refuses a record.
+deletes them before it refuses a record. The recorder zeroes a segment before it renames it to a
+free file (spool_reader.zero_file): the records were bodies before redaction, and stored, they
+must not stay readable until a writer happens to overwrite them. The "old bytes" a writer finds
+in a free file are zeros therefore, guarded all the same. A writer finishes a segment whose first
+record is SpoolSettings.segment_seconds old (EXTPROXY_SPOOL_SEGMENT_SECONDS), full or not, so
+that it is retired, and zeroed, once stored.
 
 Durability (EXTPROXY_SPOOL_FSYNC): a record is in the spool once write() returned; a SIGKILL
 of either process loses nothing written. What a power loss or kernel crash can lose:
@@ -97,6 +102,9 @@ class SpoolSettings:
     root: Path
     max_bytes: int = 4 << 30  # the whole spool on disk, free files included; beyond it: spool-full drops
     segment_bytes: int = 8 << 20  # a segment is closed and a new one started past this size
+    # ...or once its first record is this many seconds old (0: by size only), so that a slow
+    # trickle of calls does not keep stored bodies in an open segment for hours (spool_writer.py).
+    segment_seconds: float = 60.0
     fsync: str = "interval"
     fsync_interval: float = 1.0
     compress: bool = True  # deflate call records (trace.encode_trace); the reader takes both forms
@@ -118,6 +126,7 @@ class SpoolSettings:
             root=Path(settings.EXTPROXY_SPOOL_DIR),
             max_bytes=settings.EXTPROXY_SPOOL_MAX_BYTES,
             segment_bytes=settings.EXTPROXY_SPOOL_SEGMENT_BYTES,
+            segment_seconds=settings.EXTPROXY_SPOOL_SEGMENT_SECONDS,
             fsync=settings.EXTPROXY_SPOOL_FSYNC,
             fsync_interval=settings.EXTPROXY_SPOOL_FSYNC_INTERVAL,
             compress=settings.EXTPROXY_SPOOL_COMPRESS,

@@ -3,9 +3,9 @@ recycle or delete finished segments) and the shadow process's (`SpoolTail`: foll
 deleting).
 
 Owns `SpoolReader` (one per spool: it holds reader.lock), the in-memory read positions, the
-cursor files it writes after each committed batch, the recycling (renaming to free files) or
-deletion of finished segments, and skipping (and counting) torn or corrupt tails. The on-disk
-format is spool.py's. Must not decode records or touch the database.
+cursor files it writes after each committed batch, the recycling (zeroing, then renaming to
+free files) or deletion of finished segments, and skipping (and counting) torn or corrupt
+tails. The on-disk format is spool.py's. Must not decode records or touch the database.
 """
 from __future__ import annotations
 
@@ -118,11 +118,13 @@ class SpoolReader:
     """Reads every writer directory in order; `commit` marks what was read as stored.
 
     `recycle`: finished segments kept per writer directory as free files for its writer to
-    overwrite (EXTPROXY_SPOOL_RECYCLE_SEGMENTS); the rest are deleted."""
+    overwrite (EXTPROXY_SPOOL_RECYCLE_SEGMENTS); the rest are deleted. `sync`: whether a free
+    file's zeros are forced to disk before it is handed over (not with EXTPROXY_SPOOL_FSYNC=never)."""
 
-    def __init__(self, root: Path, recycle: int = DEFAULT_RECYCLE) -> None:
+    def __init__(self, root: Path, recycle: int = DEFAULT_RECYCLE, sync: bool = True) -> None:
         self.root = root
         self.recycle = recycle
+        self.sync = sync
         root.mkdir(parents=True, exist_ok=True, mode=0o700)  # bodies before redaction: see SpoolWriter
         fd = try_lock(root / "reader.lock")
         if fd is None:
@@ -207,6 +209,11 @@ class SpoolReader:
                             size - pos.offset, lost)
             pos.segment, pos.offset = current[1], 0
 
+    @property
+    def moved(self) -> bool:
+        """Whether any read position is past its committed cursor."""
+        return any(Cursor(p.seq, p.segment, p.offset) != p.cursor for p in self._positions.values())
+
     def commit(self) -> None:
         """Everything read so far is stored: move the cursors, recycle or delete finished segments."""
         for pos in self._positions.values():
@@ -222,18 +229,32 @@ class SpoolReader:
     def _retire(self, directory: Path, done: list[int]) -> None:
         """Finished segments become free files for the writer to overwrite, up to `recycle` of
         them in the directory (the newest first: their pages are likeliest still cached); the
-        rest are deleted."""
+        rest are deleted. A free file is zeroed first: its records are stored (redacted) in the
+        database, and the bodies as received, secrets and all, must not wait on disk for the
+        writer to overwrite them, which may be never."""
         room = self.recycle - len(free_files(directory)) if self.recycle else 0
         for first in reversed(done):
             path = directory / segment_name(first)
             try:
-                if room > 0:
+                if room > 0 and self._zeroed_quietly(path, self.sync):
                     os.rename(path, directory / free_name(first))
                     room -= 1
                 else:
                     os.unlink(path)
             except FileNotFoundError:
                 pass
+
+    @staticmethod
+    def _zeroed_quietly(path: Path, sync: bool) -> bool:
+        """zero_file; False when the disk refused it (the segment is then deleted, not kept)."""
+        try:
+            zero_file(path, sync)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            log.warning("spool %s: could not zero a stored segment (%s); deleted instead", path, exc)
+            return False
+        return True
 
     def rewind(self) -> None:
         """Forget what was read and not committed (it is read again)."""
@@ -242,6 +263,24 @@ class SpoolReader:
 
     def close(self) -> None:
         os.close(self._lock_fd)
+
+
+ZERO_CHUNK = bytes(1 << 20)
+
+
+def zero_file(path: Path, sync: bool) -> None:
+    """Overwrite the file with zeros in place (its pages stay cached for the writer's reuse,
+    which was the point of keeping it), forced to disk when `sync`. Raises FileNotFoundError."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        size = os.fstat(fd).st_size
+        offset = 0
+        while offset < size:
+            offset += os.pwrite(fd, memoryview(ZERO_CHUNK)[: min(len(ZERO_CHUNK), size - offset)], offset)
+        if sync and size:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- a second reader: the shadow process's tail ----------------------------------------------
@@ -265,10 +304,10 @@ class SpoolTail:
     The recorder recycles or deletes a segment once it has stored it, whatever the tail's
     position (the choice that keeps the spool's bound the recorder's alone). The tail keeps the
     segment it is reading open, so a segment deleted under it is still read to its end (at
-    most one deleted segment per writer stays on disk until the tail moves on), and a recycled
-    one until its writer overwrites it: from then the tail finds no frame with the sequence
-    number it expects there, takes nothing of the new content, and moves on. When the tail's
-    next segment is gone, it goes on at the oldest segment left and reports the records in
+    most one deleted segment per writer stays on disk until the tail moves on), but a recycled
+    one only until the recorder zeroes it: from then the tail finds no frame with the sequence
+    number it expects there (zeros, or a writer's new content), takes nothing of it, and moves
+    on. When the tail's next segment is gone, it goes on at the oldest segment left and reports the records in
     between as `skipped`, from the gap in sequence numbers. A writer the tail has no position
     for is followed from its oldest segment, nothing counted as skipped.
     """

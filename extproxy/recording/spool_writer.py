@@ -82,6 +82,7 @@ class _Segment:
     end: int = 0  # offset just past the last frame written
     size: int = 0  # the file's size
     failed: bool = False  # a write failed: part of it may follow the data; the next write starts a new segment
+    born: float = 0.0  # time.monotonic() of its first record (0: none yet)
 
 
 class SpoolWriter:
@@ -198,7 +199,7 @@ class SpoolWriter:
 
     def _write(self, buffers: list[bytes], size: int, first_seq: int) -> None:
         seg = self._segment
-        if seg is None or seg.failed or seg.end >= self.settings.segment_bytes:
+        if seg is None or seg.failed or seg.end >= self.settings.segment_bytes or self._aged(seg):
             seg = self._rotate(first_seq)
         if seg.recycled:  # mark where the data ends: old bytes follow (overwritten by the next write)
             buffers = buffers + [end_marker(self.seq + 1)]
@@ -215,7 +216,23 @@ class SpoolWriter:
             exc.whole = size  # type: ignore[attr-defined]
             raise
 
+    def _aged(self, seg: _Segment) -> bool:
+        limit = self.settings.segment_seconds
+        return bool(limit and seg.born and time.monotonic() - seg.born >= limit)
+
+    def finish_aged(self) -> None:
+        """Start the next segment now when the current one's first record is older than
+        `segment_seconds` (the spool-writer calls it when it has nothing to append): the
+        recorder retires a segment only once a newer one exists, and zeroes it as it does, so a
+        segment left open would keep stored calls' bodies as received, secrets and all, on disk
+        until it filled, hours at a trickle of calls. Raises OSError as a write would."""
+        seg = self._segment
+        if seg is not None and not seg.failed and self._aged(seg):
+            self._rotate(self.seq + 1)
+
     def _wrote(self, seg: _Segment, size: int) -> None:
+        if not seg.born and size:
+            seg.born = time.monotonic()
         seg.end += size
         self._appended += size
         reach = seg.end + (HEADER.size if seg.recycled else 0)

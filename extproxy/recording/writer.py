@@ -57,7 +57,8 @@ class Drainer:
         self.root = Path(root)
         self.recording = recording
         # Finished segments kept for the serving process to overwrite (EXTPROXY_SPOOL_RECYCLE_SEGMENTS).
-        self.reader = SpoolReader(self.root, settings.EXTPROXY_SPOOL_RECYCLE_SEGMENTS if recycle is None else recycle)
+        self.reader = SpoolReader(self.root, settings.EXTPROXY_SPOOL_RECYCLE_SEGMENTS if recycle is None else recycle,
+                                  sync=settings.EXTPROXY_SPOOL_FSYNC != "never")
         self.writer = BatchWriter(redaction)
         self.writer.deadline = settings.EXTPROXY_DB_STATEMENT_DEADLINE
         self.retention = retention
@@ -104,6 +105,10 @@ class Drainer:
         if result.torn:
             self._drop("torn", result.torn)
         if not result.entries and not result.torn:
+            if self.reader.moved:
+                # On to a new segment only (its writer finished the last one by age): the
+                # finished one is stored whole, and is retired now rather than at the next record.
+                self.reader.commit()
             return 0
         traces, gaps = self._decode(result)
         raw_before = self.writer.raw
