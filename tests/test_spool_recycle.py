@@ -3,8 +3,9 @@ overwrites them (pages already cached) instead of filling new files. Whatever ol
 recycled file holds after its new data are never read as records nor counted as torn, by the
 recorder's reader, the shadow's tail, a restarted writer or the status; the free files count
 in the spool's bound; EXTPROXY_SPOOL_RECYCLE_SEGMENTS=0 deletes as before. A free file holds
-zeros, not the stored calls' bodies as received, and a segment a trickle of calls would keep
-open is finished by age (EXTPROXY_SPOOL_SEGMENT_SECONDS), so that it is retired too."""
+zeros, not the stored calls' bodies as received, once EXTPROXY_SPOOL_SEGMENT_SECONDS passed
+without its writer taking it, and a segment a trickle of calls would keep open is finished at
+that age, so that it is retired too."""
 from __future__ import annotations
 
 import os
@@ -405,13 +406,83 @@ def test_a_stored_segment_is_zeroed_before_it_becomes_a_free_file(tmp_path):
     reader.close()
 
 
+def test_a_free_file_is_zeroed_once_due_and_meanwhile_the_shadows_tail_still_reads_it(tmp_path):
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10))
+    writer.append([payload(1, 100), payload(2, 100)])  # segment 1
+    writer.append([payload(3, 100)])  # segment 3
+    tail = SpoolTail(tmp_path / "spool")
+    assert [seq_of(i.entry.payload) for i in tail.read(1) if i.entry] == [1]  # it holds segment 1 open
+
+    reader = SpoolReader(tmp_path / "spool", zero_after=0.3)  # EXTPROXY_SPOOL_SEGMENT_SECONDS
+    assert len(reader.read(10, 1 << 20).entries) == 3
+    reader.commit()
+    free = writer.directory / "00000000000000000001.free"
+    reader.zero_free()
+    assert payload(2, 100) in free.read_bytes()  # not due yet
+    assert [seq_of(i.entry.payload) for i in tail.read(1) if i.entry] == [2]  # the tail's slack
+
+    time.sleep(0.35)
+    reader.zero_free()
+    assert free.read_bytes() == bytes(frame_bytes(100, 100))
+    assert [seq_of(i.entry.payload) for i in tail.read(10) if i.entry] == [3]
+    for closing in (tail, writer, reader):
+        closing.close()
+
+
+def stored_two_segments(tmp_path, zero_after: float) -> tuple[SpoolWriter, SpoolReader]:
+    """Segments 1 and 2 (one record of 100 bytes each) written, read and committed: 1 is a free file."""
+    writer = SpoolWriter(settings(tmp_path, segment_bytes=10))
+    writer.append([payload(1, 100)])
+    writer.append([payload(2, 100)])
+    reader = SpoolReader(tmp_path / "spool", zero_after=zero_after)
+    assert len(reader.read(10, 1 << 20).entries) == 2
+    reader.commit()
+    assert free_files(writer.directory) == [1]
+    return writer, reader
+
+
+def test_a_free_file_its_writer_took_before_it_was_due_is_left_to_the_writer(tmp_path):
+    writer, reader = stored_two_segments(tmp_path, zero_after=0.2)  # segment 1's file is not due
+    writer.append([payload(3, 40), payload(4, 40)])  # segment 3, in that file
+    assert free_files(writer.directory) == [] and writer._segment.recycled
+
+    time.sleep(0.25)
+    reader.zero_free()  # due, but taken: nothing of segment 3 is touched
+    assert [seq_of(e.payload) for e in reader.read(10, 1 << 20).entries] == [3, 4]
+    writer.close()
+    reader.close()
+
+
+def test_free_files_a_stopped_recorder_left_whole_or_half_zeroed_are_zeroed_by_the_next(tmp_path):
+    writer, first = stored_two_segments(tmp_path, zero_after=3600)
+    writer.append([payload(3, 100)])  # segment 3, in segment 1's file
+    writer.append([payload(4, 100)])  # segment 4
+    assert len(first.read(10, 1 << 20).entries) == 2
+    first.commit()
+    first.close()  # stopped before either new free file was due
+    whole, half = writer.directory / "00000000000000000002.free", writer.directory / "00000000000000000003.free"
+    assert payload(2, 100) in whole.read_bytes() and payload(3, 100) in half.read_bytes()
+    aside = writer.directory / "00000000000000000003.zeroing"
+    os.rename(half, aside)  # as the recorder leaves a file it was zeroing when killed
+    assert disk_usage(tmp_path / "spool") == (3 * frame_bytes(100), 2 * frame_bytes(100))  # still counted free
+
+    again = SpoolReader(tmp_path / "spool", zero_after=3600)
+    assert not aside.exists() and half.read_bytes() == bytes(frame_bytes(100))  # finished as it starts
+    again.zero_free()  # when the other was freed is not known: due at once
+    assert whole.read_bytes() == bytes(frame_bytes(100))
+    writer.append([payload(5, 100)])  # segment 5 takes one of them
+    assert [seq_of(e.payload) for e in again.read(10, 1 << 20).entries] == [5]
+    writer.close()
+    again.close()
+
+
 def test_a_segment_that_could_not_be_zeroed_is_deleted_not_kept(tmp_path, monkeypatch, caplog):
-    from extproxy.recording import spool_reader
+    from extproxy.recording import zeroing
 
     def refused(path, sync):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(spool_reader, "zero_file", refused)
+    monkeypatch.setattr(zeroing, "zero_file", refused)
     writer = SpoolWriter(settings(tmp_path, segment_bytes=10))
     writer.append([b"a" * 100])  # segment 1
     writer.append([b"b" * 100])  # segment 2
@@ -419,6 +490,7 @@ def test_a_segment_that_could_not_be_zeroed_is_deleted_not_kept(tmp_path, monkey
     assert len(reader.read(10, 1 << 20).entries) == 2
     reader.commit()  # the batch is stored: the failure costs the file, never the commit
     assert segments(writer.directory) == [2] and free_files(writer.directory) == []
+    assert sorted(p.name for p in writer.directory.iterdir()) == ["00000000000000000002.seg", "cursor", "writer.lock"]
     assert "could not zero a stored segment" in caplog.text
     writer.close()
     reader.close()
@@ -469,4 +541,30 @@ def test_a_segment_written_into_after_its_age_goes_to_a_new_one_and_zero_seconds
         ("aged", b"one"), ("aged", b"two"), ("by-size", b"one"), ("by-size", b"two")]
     for w in (aged, by_size):
         w.close()
+    reader.close()
+
+
+def test_a_writer_restarted_after_finishing_a_segment_by_age_writes_the_empty_one_and_shows_no_phantom(tmp_path):
+    spool = tmp_path / "spool"
+    writer = SpoolWriter(settings(tmp_path, segment_seconds=0.1))
+    writer.append([payload(1, 100)])
+    time.sleep(0.15)
+    writer.finish_aged()  # segment 2 starts, empty, and the process stops idle
+    writer.close()
+    reader = SpoolReader(spool)
+    assert [seq_of(e.payload) for e in reader.read(10, 1 << 20).entries] == [1]
+    reader.commit()  # it read on to the empty segment 2 and stands there; segment 1 is retired
+    assert segments(writer.directory) == [2] and free_files(writer.directory) == [1]
+
+    again = SpoolWriter(settings(tmp_path, segment_seconds=0.1))  # the restart
+    assert again.seq == 1  # nothing torn there to step over: number 2 is not spent
+    status = spool_status(spool, {"serve": again.seq}, {"serve": again.position})  # as /metrics reads it
+    assert status.depth == 0
+    again.append([payload(2, 100)])
+    assert segments(again.directory) == [2]
+    result = reader.read(10, 1 << 20)
+    assert [seq_of(e.payload) for e in result.entries] == [2] and result.torn == 0
+    reader.commit()
+    assert spool_status(spool, {"serve": again.seq}, {"serve": again.position}).depth == 0
+    again.close()
     reader.close()

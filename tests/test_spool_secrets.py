@@ -2,10 +2,10 @@
 
 The spool holds each call as the scheduler sent it, before redaction; the database keeps the
 redacted copy. Once a call is stored, its bytes as received must leave the spool: the recorder
-zeroes a finished segment before keeping it for reuse, and the serving process finishes a
-segment whose first record is EXTPROXY_SPOOL_SEGMENT_SECONDS old, so that a trickle of calls
-does not keep one open (and unretired) for hours. With 0 segments end by size only, and the
-secret stays: the case that shows the test can tell.
+zeroes a finished segment kept for reuse once EXTPROXY_SPOOL_SEGMENT_SECONDS passed without a
+writer taking it, and the serving process finishes a segment whose first record is that old, so
+that a trickle of calls does not keep one open (and unretired) for hours. With 0 segments end
+by size only, and the secret stays: the case that shows the test can tell.
 """
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def test_a_stored_calls_secret_leaves_the_spool_within_the_segment_age(install, 
     inst.wait_drained()
     assert stored_calls(inst) == (3, 3)
     # Stored: the segment is finished once its first record is a second old, retired by the
-    # recorder's next read and zeroed. Waited for up to 20 s; with 0 it must still be there
-    # after three times the age the other case is given.
+    # recorder's next read and zeroed a second later. Waited for up to 20 s; with 0 it must
+    # still be there after 3 s.
     deadline = time.monotonic() + (3 if left else 20)
     while spool_files_holding(inst, SECRET) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -48,12 +48,16 @@ after the new data:
   last frame, and a restarted writer truncates a recycled segment left by a killed one at
   its marker, so finished segments look like new ones: their size is their data.
 The free files count in the spool's bound (EXTPROXY_SPOOL_MAX_BYTES); a writer at the bound
-deletes them before it refuses a record. The recorder zeroes a segment before it renames it to a
-free file (spool_reader.zero_file): the records were bodies before redaction, and stored, they
-must not stay readable until a writer happens to overwrite them. The "old bytes" a writer finds
-in a free file are zeros therefore, guarded all the same. A writer finishes a segment whose first
-record is SpoolSettings.segment_seconds old (EXTPROXY_SPOOL_SEGMENT_SECONDS), full or not, so
-that it is retired, and zeroed, once stored.
+deletes them before it refuses a record.
+
+Zeroing: the records are bodies before redaction, and once stored they must not stay readable
+until a writer happens to overwrite them, which may be never. The recorder overwrites a free
+file that no writer took within EXTPROXY_SPOOL_SEGMENT_SECONDS with zeros (renamed
+`<first seq>.zeroing` meanwhile, so that no writer takes it half done; zeroing.py): the
+wait leaves the shadow's tail, which may read a stored segment after the recorder, the slack a
+writer's reuse always left it. A writer finishes a segment whose first record is that old, full
+or not (SpoolSettings.segment_seconds), so that a trickle of calls does not keep stored records
+in an open segment for hours.
 
 Durability (EXTPROXY_SPOOL_FSYNC): a record is in the spool once write() returned; a SIGKILL
 of either process loses nothing written. What a power loss or kernel crash can lose:
@@ -89,6 +93,7 @@ MAX_PAYLOAD = 1 << 31  # a length above this is garbage: a torn or corrupt heade
 FSYNC_POLICIES = ("always", "interval", "never")
 SEGMENT_SUFFIX = ".seg"
 FREE_SUFFIX = ".free"
+ZEROING_SUFFIX = ".zeroing"  # a free file the recorder is overwriting with zeros (no writer takes it)
 # A record this large (packed) is deflated even while the recorder keeps up, as is a full-object
 # call's of any size: written plain, the 5-20x more bytes cost the serving core more (copied to
 # the page cache and written back) than deflating them does (bench/README.md, "Nineteenth pass").
@@ -175,6 +180,10 @@ def free_name(first_seq: int) -> str:
     return f"{first_seq:020d}{FREE_SUFFIX}"
 
 
+def zeroing_name(first_seq: int) -> str:
+    return f"{first_seq:020d}{ZEROING_SUFFIX}"
+
+
 def segments(directory: Path) -> list[int]:
     """First sequence numbers of the segments in a writer's directory, oldest first."""
     return _numbered(directory, SEGMENT_SUFFIX)
@@ -214,7 +223,7 @@ def files_usage(directory: Path) -> tuple[int, int]:
     try:
         with os.scandir(directory) as entries:
             for e in entries:
-                is_free = e.name.endswith(FREE_SUFFIX)
+                is_free = e.name.endswith(FREE_SUFFIX) or e.name.endswith(ZEROING_SUFFIX)
                 if not (is_free or e.name.endswith(SEGMENT_SUFFIX)):
                     continue
                 try:

@@ -3,9 +3,9 @@ recycle or delete finished segments) and the shadow process's (`SpoolTail`: foll
 deleting).
 
 Owns `SpoolReader` (one per spool: it holds reader.lock), the in-memory read positions, the
-cursor files it writes after each committed batch, the recycling (zeroing, then renaming to
-free files) or deletion of finished segments, and skipping (and counting) torn or corrupt
-tails. The on-disk format is spool.py's. Must not decode records or touch the database.
+cursor files it writes after each committed batch, the recycling (renaming to free files, which
+zeroing.py zeroes once due) or deletion of finished segments, and skipping (and counting)
+torn or corrupt tails. The on-disk format is spool.py's. Must not decode records or touch the database.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .zeroing import FreeFileZeroer
 from .spool import (
     DEFAULT_RECYCLE, END, Cursor, Frame, expected_seq, free_files, free_name, next_intact_frame, read_cursor,
     read_frame, segment_name, segments, try_lock, write_cursor, writer_alive,
@@ -118,19 +119,22 @@ class SpoolReader:
     """Reads every writer directory in order; `commit` marks what was read as stored.
 
     `recycle`: finished segments kept per writer directory as free files for its writer to
-    overwrite (EXTPROXY_SPOOL_RECYCLE_SEGMENTS); the rest are deleted. `sync`: whether a free
-    file's zeros are forced to disk before it is handed over (not with EXTPROXY_SPOOL_FSYNC=never)."""
+    overwrite (EXTPROXY_SPOOL_RECYCLE_SEGMENTS); the rest are deleted. A free file its writer
+    has not taken `zero_after` seconds after it was freed is overwritten with zeros, forced to
+    disk when `sync` (zeroing.py; at each commit and `zero_free`)."""
 
-    def __init__(self, root: Path, recycle: int = DEFAULT_RECYCLE, sync: bool = True) -> None:
+    def __init__(self, root: Path, recycle: int = DEFAULT_RECYCLE, sync: bool = True, zero_after: float = 0.0) -> None:
         self.root = root
         self.recycle = recycle
         self.sync = sync
+        self.zero_after = zero_after
         root.mkdir(parents=True, exist_ok=True, mode=0o700)  # bodies before redaction: see SpoolWriter
         fd = try_lock(root / "reader.lock")
         if fd is None:
             raise SpoolBusy(f"another recorder is draining {root}")
         self._lock_fd = fd
         self._positions: dict[str, _Position] = {}
+        self.zeroer = FreeFileZeroer(root, zero_after, sync)
 
     def _position(self, directory: Path) -> _Position:
         pos = self._positions.get(directory.name)
@@ -229,32 +233,24 @@ class SpoolReader:
     def _retire(self, directory: Path, done: list[int]) -> None:
         """Finished segments become free files for the writer to overwrite, up to `recycle` of
         them in the directory (the newest first: their pages are likeliest still cached); the
-        rest are deleted. A free file is zeroed first: its records are stored (redacted) in the
-        database, and the bodies as received, secrets and all, must not wait on disk for the
-        writer to overwrite them, which may be never."""
+        rest are deleted. A free file is zeroed once due (zeroing.py)."""
         room = self.recycle - len(free_files(directory)) if self.recycle else 0
         for first in reversed(done):
             path = directory / segment_name(first)
             try:
-                if room > 0 and self._zeroed_quietly(path, self.sync):
+                if room > 0:
                     os.rename(path, directory / free_name(first))
+                    self.zeroer.freed(directory, first)
                     room -= 1
                 else:
                     os.unlink(path)
             except FileNotFoundError:
                 pass
+        self.zeroer.zero_due()
 
-    @staticmethod
-    def _zeroed_quietly(path: Path, sync: bool) -> bool:
-        """zero_file; False when the disk refused it (the segment is then deleted, not kept)."""
-        try:
-            zero_file(path, sync)
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            log.warning("spool %s: could not zero a stored segment (%s); deleted instead", path, exc)
-            return False
-        return True
+    def zero_free(self) -> None:
+        """Zero the free files that are due (FreeFileZeroer.zero_due): the recorder calls it when idle."""
+        self.zeroer.zero_due()
 
     def rewind(self) -> None:
         """Forget what was read and not committed (it is read again)."""
@@ -263,24 +259,6 @@ class SpoolReader:
 
     def close(self) -> None:
         os.close(self._lock_fd)
-
-
-ZERO_CHUNK = bytes(1 << 20)
-
-
-def zero_file(path: Path, sync: bool) -> None:
-    """Overwrite the file with zeros in place (its pages stay cached for the writer's reuse,
-    which was the point of keeping it), forced to disk when `sync`. Raises FileNotFoundError."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        size = os.fstat(fd).st_size
-        offset = 0
-        while offset < size:
-            offset += os.pwrite(fd, memoryview(ZERO_CHUNK)[: min(len(ZERO_CHUNK), size - offset)], offset)
-        if sync and size:
-            os.fdatasync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- a second reader: the shadow process's tail ----------------------------------------------
@@ -304,12 +282,13 @@ class SpoolTail:
     The recorder recycles or deletes a segment once it has stored it, whatever the tail's
     position (the choice that keeps the spool's bound the recorder's alone). The tail keeps the
     segment it is reading open, so a segment deleted under it is still read to its end (at
-    most one deleted segment per writer stays on disk until the tail moves on), but a recycled
-    one only until the recorder zeroes it: from then the tail finds no frame with the sequence
-    number it expects there (zeros, or a writer's new content), takes nothing of it, and moves
-    on. When the tail's next segment is gone, it goes on at the oldest segment left and reports the records in
-    between as `skipped`, from the gap in sequence numbers. A writer the tail has no position
-    for is followed from its oldest segment, nothing counted as skipped.
+    most one deleted segment per writer stays on disk until the tail moves on), and a recycled
+    one until its writer overwrites it or the recorder zeroes it (EXTPROXY_SPOOL_SEGMENT_SECONDS
+    after it was freed): from then the tail finds no frame with the sequence number it expects
+    there, takes nothing of what is there, and moves on. When the tail's next segment is gone,
+    it goes on at the oldest segment left and reports the records in between as `skipped`,
+    from the gap in sequence numbers. A writer the tail has no position for is followed from
+    its oldest segment, nothing counted as skipped.
     """
 
     def __init__(self, root: Path, positions: dict[str, Cursor] | None = None) -> None:

@@ -97,10 +97,13 @@ class SpoolWriter:
         self._lock_fd, self.directory = self._claim(name)
         self.seq = self._resume(read_cursor(self.directory).seq)
         self.resumed = self.seq  # the last record a writer before this one left whole (unsettled.py)
-        while (self.directory / segment_name(self.seq + 1)).exists():
-            # That file holds only a torn first frame of a writer that died (or a recycled
-            # file it had not written to yet): never append after a torn frame; skip its
-            # number so the next segment gets a new name.
+        while _holds_bytes(self.directory / segment_name(self.seq + 1)):
+            # That file holds only a torn first frame of a writer that died: never append after
+            # a torn frame; skip its number so the next segment gets a new name. An empty one (a
+            # segment started by age before the process stopped idle, or a recycled file it had
+            # not written to: cut at its marker above) is written from its start, its number
+            # not spent: a number skipped showed as a record never stored (depth 1) until the
+            # next call was.
             self.seq += 1
         self._segment: _Segment | None = None
         self.position = (0, 0)  # (segment, end of its data): one tuple, read by other threads
@@ -364,6 +367,13 @@ class SpoolWriter:
                     os.close(seg.fd)
         finally:
             os.close(self._lock_fd)  # the next writer may claim this directory
+
+
+def _holds_bytes(path: Path) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except FileNotFoundError:
+        return False
 
 
 def _fsync_dir(directory: Path) -> None:

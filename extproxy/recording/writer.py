@@ -58,7 +58,8 @@ class Drainer:
         self.recording = recording
         # Finished segments kept for the serving process to overwrite (EXTPROXY_SPOOL_RECYCLE_SEGMENTS).
         self.reader = SpoolReader(self.root, settings.EXTPROXY_SPOOL_RECYCLE_SEGMENTS if recycle is None else recycle,
-                                  sync=settings.EXTPROXY_SPOOL_FSYNC != "never")
+                                  sync=settings.EXTPROXY_SPOOL_FSYNC != "never",
+                                  zero_after=settings.EXTPROXY_SPOOL_SEGMENT_SECONDS)
         self.writer = BatchWriter(redaction)
         self.writer.deadline = settings.EXTPROXY_DB_STATEMENT_DEADLINE
         self.retention = retention
@@ -109,6 +110,7 @@ class Drainer:
                 # On to a new segment only (its writer finished the last one by age): the
                 # finished one is stored whole, and is retired now rather than at the next record.
                 self.reader.commit()
+            self.reader.zero_free()  # free files come due while nothing is read too
             return 0
         traces, gaps = self._decode(result)
         raw_before = self.writer.raw
