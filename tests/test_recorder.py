@@ -436,7 +436,7 @@ def test_call_ids_made_on_the_hot_path_are_distinct_time_ordered_uuids():
     assert uuid.UUID(later[1]).version == 7
 
 
-@pytest.mark.parametrize("recycle, kept", [(4, 2), (0, 0)])
+@pytest.mark.parametrize("recycle, kept", [(4, 3), (2, 2), (0, 0)])
 def test_it_keeps_stored_segments_for_reuse_as_many_as_its_setting_says(transactional_db, tmp_path, settings,
                                                                           recycle, kept):
     from extproxy.recording.spool import free_files, segments
@@ -451,7 +451,9 @@ def test_it_keeps_stored_segments_for_reuse_as_many_as_its_setting_says(transact
     drain(tmp_path)
     directory = tmp_path / "spool" / "serve"
     assert Call.objects.count() == 3
-    assert len(segments(directory)) == 1 and len(free_files(directory)) == kept  # the last one stays
+    # All three retired: the stop started an empty fourth, which stays.
+    assert len(segments(directory)) == 1 and len(free_files(directory)) == kept
+    assert (directory / f"{segments(directory)[0]:020d}.seg").stat().st_size == 0
 
 
 def record_and_drain(tmp_path, drainer: Drainer, trace: Trace) -> None:

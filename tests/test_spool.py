@@ -311,12 +311,13 @@ def test_a_segment_that_cannot_be_opened_fails_that_write_only(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("flipped", [(2,), (9,), (7, 8, 9)])  # the third record of ten, the last, the last three
-@pytest.mark.parametrize("then", ["the writer went on", "a restarted writer", "its writer gone"])
+@pytest.mark.parametrize("then", ["the writer went on", "its writer stopped", "a restarted writer", "its writer gone"])
 def test_a_corrupt_record_costs_that_record_only_counted_torn(tmp_path, flipped, then):
     """A flipped byte in a record (a disk error, pages written back out of order): the reader
     goes on at the next intact record of the segment and counts the records in between. At the
-    end of a segment: the records numbered up to the next segment's first; but a restarted
-    writer numbers on from the last intact record, and a dead one's tail is unknown: one."""
+    end of a segment: the records numbered up to the next segment's first (a writer that went
+    on, or stopped cleanly: it starts an empty one); but a writer killed there and restarted
+    numbers on from the last intact record, and a killed one's tail is unknown: one."""
     records = [f"record-{i}-".encode() * 20 for i in range(10)]
     frame = HEADER.size + len(records[0])
     writer = SpoolWriter(settings(tmp_path, segment_bytes=10 * frame))
@@ -328,7 +329,11 @@ def test_a_corrupt_record_costs_that_record_only_counted_torn(tmp_path, flipped,
     path.write_bytes(bytes(data))
     if then == "the writer went on":
         writer.append([b"after"])  # in a new segment
-    writer.close()
+    if then in ("the writer went on", "its writer stopped"):
+        writer.close()
+    else:  # killed
+        os.close(writer._segment.fd)
+        os.close(writer._lock_fd)
     if then == "a restarted writer":
         writer = SpoolWriter(settings(tmp_path))
         writer.append([b"after"])
@@ -336,8 +341,8 @@ def test_a_corrupt_record_costs_that_record_only_counted_torn(tmp_path, flipped,
     reader = SpoolReader(tmp_path / "spool")
     result = reader.read(100, 1 << 20)
     assert [e.payload for e in result.entries] == [r for i, r in enumerate(records) if i not in flipped] + (
-        [] if then == "its writer gone" else [b"after"])
-    counted = len(flipped) if then == "the writer went on" or flipped == (2,) else 1
+        [b"after"] if then in ("the writer went on", "a restarted writer") else [])
+    counted = len(flipped) if then in ("the writer went on", "its writer stopped") or flipped == (2,) else 1
     assert result.torn == counted and [t.records for t in result.torn_tails] == [counted]
     assert reader.read(100, 1 << 20).torn == 0  # counted once
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from extproxy.recording.observe import spool_status
 from extproxy.recording.spool import HEADER, SpoolSettings, free_files, scan_segment, segment_name, segments
 from extproxy.recording.spool_reader import SpoolReader, SpoolTail
-from extproxy.recording.spool_writer import SpoolWriter, disk_usage
+from extproxy.recording.spool_usage import disk_usage
+from extproxy.recording.spool_writer import SpoolWriter
 from tests.test_spool import for_calls
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,12 +154,12 @@ def test_a_writer_killed_in_a_recycled_segment_leaves_nothing_torn_and_its_resta
     writer = SpoolWriter(settings(tmp_path, segment_bytes=10))
     for n in range(3):
         writer.append([payload(n + 1, 2000)])  # segments 1, 2, 3 of 2 KB each
-    freed = {inode(writer.directory / segment_name(n)) for n in (1, 2)}
-    writer.close()
+    freed = {inode(writer.directory / segment_name(n)) for n in (1, 2, 3)}
+    writer.close()  # a clean stop: an empty segment 4 after them
     reader = SpoolReader(spool)
     assert len(reader.read(10, 1 << 20).entries) == 3
     reader.commit()
-    assert free_files(writer.directory) == [1, 2]
+    assert free_files(writer.directory) == [1, 2, 3] and segments(writer.directory) == [4]
 
     child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(spool), "5"], cwd=ROOT,
                              stdout=subprocess.PIPE, text=True)

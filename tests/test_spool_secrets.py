@@ -5,7 +5,8 @@ redacted copy. Once a call is stored, its bytes as received must leave the spool
 zeroes a finished segment kept for reuse once EXTPROXY_SPOOL_SEGMENT_SECONDS passed without a
 writer taking it, and the serving process finishes a segment whose first record is that old, so
 that a trickle of calls does not keep one open (and unretired) for hours. With 0 segments end
-by size only, and the secret stays: the case that shows the test can tell.
+by size only, and the secret stays: the case that shows the test can tell. A clean stop of the
+serving process ends its last segment either way.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 import requests
 
 from tests.conftest import fixture_bytes
-from tests.processes import Installation, stored_calls
+from tests.processes import Installation, stored_calls, terminate
 from tests.test_recording_processes import install  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.timeout(300)
@@ -84,3 +85,11 @@ def test_a_stored_calls_secret_leaves_the_spool_within_the_segment_age(install, 
     post_calls(inst, 2)  # into the recycled (zeroed) file, or the open segment: recorded as any other
     inst.wait_drained()
     assert stored_calls(inst) == (5, 5)
+
+    # A clean stop starts an empty segment after the last one, so that the recorder retires
+    # that one too, whatever the age: nothing waits for this serving process to come back.
+    assert terminate(inst.serving, 30) is not None  # stopped (uvicorn ends on the signal itself, after its shutdown)
+    deadline = time.monotonic() + 20
+    while (holding := spool_files_holding(inst, SECRET)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert holding == []

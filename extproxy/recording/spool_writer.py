@@ -2,13 +2,15 @@
 writer directory, starts each segment in a free file when the recorder left one (recycling,
 see spool.py for the layout and its guarantees), and keeps the spool's byte bound.
 
-Owns writing: the gathered writes at explicit offsets (gathered_write.py), the end markers after data in a
-recycled segment, cutting a recycled segment to its data when leaving it, fsync by policy,
-and the bound (free files counted, given back at it). The format is spool.py's. Must not
-decode records or read what the recorder reads.
+Owns writing: the gathered writes at explicit offsets (gathered_write.py), the end markers after
+data in a recycled segment, cutting a recycled segment to its data when leaving it, fsync by
+policy, finishing a segment by age and at a clean stop, and the bound (free files counted and
+given back at it: spool_usage.py). The format is spool.py's. Must not decode records or read
+what the recorder reads.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -16,56 +18,15 @@ from pathlib import Path
 
 from .gathered_write import SpoolWriteError, pwrite_all, whole_frames, whole_records
 from .spool import (
-    HEADER, SpoolSettings, end_marker, files_usage, frame_head, free_files, free_name, read_cursor, scan_segment,
-    segment_name, segments, try_lock, undrained_extents,
+    HEADER, SpoolSettings, end_marker, frame_head, free_files, free_name, read_cursor, scan_segment, segment_name,
+    segments, try_lock,
 )
+from .spool_usage import disk_usage, drop_free_files, undrained_bytes
 
-
-def disk_usage(root: Path) -> tuple[int, int]:
-    """Bytes of every segment and free file under the spool root, and of the free files alone."""
-    try:
-        with os.scandir(root) as entries:
-            writers = [Path(e.path) for e in entries if e.is_dir()]
-    except FileNotFoundError:
-        return 0, 0
-    total = free = 0
-    for w in writers:
-        w_total, w_free = files_usage(w)
-        total, free = total + w_total, free + w_free
-    return total, free
-
-
-def drop_free_files(root: Path) -> int:
-    """Delete every free file under the spool root (room for records at the bound); bytes freed."""
-    freed = 0
-    try:
-        with os.scandir(root) as entries:
-            writers = [e.path for e in entries if e.is_dir()]
-    except FileNotFoundError:
-        return 0
-    for w in writers:
-        for first in free_files(Path(w)):
-            path = Path(w) / free_name(first)
-            try:
-                size = path.stat().st_size
-                path.unlink()
-            except FileNotFoundError:  # taken by its writer meanwhile
-                continue
-            freed += size
-    return freed
+log = logging.getLogger(__name__)
 
 
 BACKLOG_EVERY = 1.0  # seconds between readings of the recorder's cursors (SpoolWriter.backlog)
-
-
-def undrained_bytes(root: Path, known_end: dict[str, tuple[int, int]]) -> int:
-    """Bytes of every writer directory's segments from its cursor on (not yet stored).
-    `known_end`: a writer's own (segment, end of its data), so that its reused segment's old
-    bytes after the data are not counted."""
-    with os.scandir(root) as entries:
-        writers = [Path(e.path) for e in entries if e.is_dir()]
-    return sum(end - start for directory in writers
-               for _, _, start, end in undrained_extents(directory, read_cursor(directory), known_end.get(directory.name)))
 
 
 # --- serving side ------------------------------------------------------------------------
@@ -356,6 +317,7 @@ class SpoolWriter:
 
     def close(self) -> None:
         try:
+            self._finish_for_the_recorder()
             self._sync_finished()  # a clean stop leaves everything on disk
             seg, self._segment = self._segment, None
             if seg is not None:
@@ -367,6 +329,21 @@ class SpoolWriter:
                     os.close(seg.fd)
         finally:
             os.close(self._lock_fd)  # the next writer may claim this directory
+
+
+    def _finish_for_the_recorder(self) -> None:
+        """At a clean stop, start the next segment (left empty) after one that holds records: the
+        recorder retires a segment once a newer one exists, so the last one of a process that
+        is not started again would keep its calls' bodies as received on disk for good. A
+        restarted writer writes the empty one from its start (__init__)."""
+        seg = self._segment
+        if seg is None or seg.failed or not seg.end:
+            return
+        try:
+            self._rotate(self.seq + 1)
+        except OSError as exc:  # the disk: the segment stays as it is, read and stored all the same
+            log.warning("spool %s: no next segment at the stop (%s): the last one stays until a writer comes back",
+                        self.directory, exc)
 
 
 def _holds_bytes(path: Path) -> bool:
