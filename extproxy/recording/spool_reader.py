@@ -3,9 +3,10 @@ recycle or delete finished segments) and the shadow process's (`SpoolTail`: foll
 deleting).
 
 Owns `SpoolReader` (one per spool: it holds reader.lock), the in-memory read positions, the
-cursor files it writes after each committed batch, the recycling (renaming to free files, which
-zeroing.py zeroes once due) or deletion of finished segments, and skipping (and counting)
-torn or corrupt tails. The on-disk format is spool.py's. Must not decode records or touch the database.
+cursor files it writes after each committed batch, the recycling (renaming to free files,
+which zeroing.py zeroes once due) or deletion of finished segments, and skipping (and
+counting) torn or corrupt tails. The on-disk format is spool.py's. Must not decode records or
+touch the database.
 """
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .zeroing import FreeFileZeroer
 from .spool import (
     DEFAULT_RECYCLE, END, Cursor, Frame, expected_seq, free_files, free_name, next_intact_frame, read_cursor,
     read_frame, segment_name, segments, try_lock, write_cursor, writer_alive,
 )
+from .zeroing import FreeFileZeroer
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +127,6 @@ class SpoolReader:
     def __init__(self, root: Path, recycle: int = DEFAULT_RECYCLE, sync: bool = True, zero_after: float = 0.0) -> None:
         self.root = root
         self.recycle = recycle
-        self.sync = sync
-        self.zero_after = zero_after
         root.mkdir(parents=True, exist_ok=True, mode=0o700)  # bodies before redaction: see SpoolWriter
         fd = try_lock(root / "reader.lock")
         if fd is None:

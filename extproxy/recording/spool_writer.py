@@ -330,7 +330,6 @@ class SpoolWriter:
         finally:
             os.close(self._lock_fd)  # the next writer may claim this directory
 
-
     def _finish_for_the_recorder(self) -> None:
         """At a clean stop, start the next segment (left empty) after one that holds records: the
         recorder retires a segment once a newer one exists, so the last one of a process that

@@ -107,8 +107,8 @@ class Drainer:
             self._drop("torn", result.torn)
         if not result.entries and not result.torn:
             if self.reader.moved:
-                # On to a new segment only (its writer finished the last one by age): the
-                # finished one is stored whole, and is retired now rather than at the next record.
+                # On to a new segment only (its writer finished the last one by age, or at its
+                # stop): that one is stored whole, and is retired now rather than at the next record.
                 self.reader.commit()
             self.reader.zero_free()  # free files come due while nothing is read too
             return 0

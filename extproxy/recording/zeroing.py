@@ -1,12 +1,12 @@
 """Zeroing the spool's free files: the recorder's finished segments kept for their writer to
 reuse (spool.py, "Recycling" and "Zeroing").
 
-Their records are bodies as the scheduler sent them, before redaction, already stored (redacted)
-in the database; left alone they stay readable until a writer happens to overwrite them, which
-may be never. A free file its writer has not taken `zero_after` seconds (EXTPROXY_SPOOL_SEGMENT_SECONDS)
-after it was freed is overwritten with zeros in place: its pages stay cached, which is why it was
-kept. The wait leaves the shadow process's tail, which may read a segment after the recorder has
-stored it, the slack a writer's reuse always gave it.
+Their records are bodies as the scheduler sent them, before redaction, already stored
+(redacted) in the database; left alone they stay readable until a writer happens to overwrite
+them, which may be never. A free file its writer has not taken `zero_after` seconds
+(EXTPROXY_SPOOL_SEGMENT_SECONDS) after it was freed is overwritten with zeros in place: its
+pages stay cached, which is why it was kept. The wait leaves the shadow process's tail, which
+may read a segment after the recorder has stored it, the slack a writer's reuse always gave it.
 
 While zeroed a file is named `<first seq>.zeroing`, so that no writer takes it half done; the
 rename is the claim (a writer that took the file first renamed it away: nothing to do). A
