@@ -9,7 +9,7 @@ import threading
 from extproxy.config import RecordingConfig
 from extproxy.recording import SpoolRecorder
 from extproxy.recording.abandoned import Reclaimer
-from extproxy.recording.spool import SpoolSettings
+from extproxy.recording.spool import SpoolSettings, segment_name, segments
 from extproxy.recording.spool_reader import SpoolReader
 from extproxy.recording.trace import Drops, Trace, decode_record
 from extproxy.recording.unsettled import FILE_NAME, KILLED
@@ -31,6 +31,9 @@ def test_the_recorder_counts_what_a_killed_process_left_where_no_process_comes_b
         reclaimer = Reclaimer(settings, threading.Event())
         assert reclaimer.check() == []  # seen gone once: a restarting process may be about to claim it
         assert reclaimer.check() == ["serve-2"]  # gone at two checks in a row: counted
+        # ...and its last segment ended (an empty one after it), so that once stored it is retired.
+        last = segments(settings.root / "serve-2")[-1]
+        assert (settings.root / "serve-2" / segment_name(last)).stat().st_size == 0
         assert reclaimer.check() == []  # and once only
         assert not (settings.root / "serve-2" / FILE_NAME).exists()
         assert (settings.root / "serve" / FILE_NAME).exists()  # a live writer's tally is left alone

@@ -569,3 +569,26 @@ def test_a_writer_restarted_after_finishing_a_segment_by_age_writes_the_empty_on
     assert spool_status(spool, {"serve": again.seq}, {"serve": again.position}).depth == 0
     again.close()
     reader.close()
+
+
+def test_a_writer_that_wrote_nothing_ends_its_killed_predecessors_last_segment_at_its_stop(tmp_path):
+    spool = tmp_path / "spool"
+    killed = SpoolWriter(settings(tmp_path))
+    killed.append([payload(1, 100), payload(2, 100)])
+    os.close(killed._segment.fd)
+    os.close(killed._lock_fd)  # killed: its segment stays the directory's last
+
+    claimed = SpoolWriter(settings(tmp_path))  # the restart, or the recorder counting what it left
+    assert claimed.seq == 2
+    claimed.close()  # without a write
+    assert segments(claimed.directory) == [1, 3] and os.path.getsize(claimed.directory / segment_name(3)) == 0
+    reader = SpoolReader(spool)
+    assert [seq_of(e.payload) for e in reader.read(10, 1 << 20).entries] == [1, 2]
+    reader.commit()
+    assert segments(claimed.directory) == [3] and free_files(claimed.directory) == [1]
+
+    idle = SpoolWriter(settings(tmp_path))  # nothing left to end: it stops as it came
+    assert idle.seq == 2
+    idle.close()
+    assert segments(idle.directory) == [3]
+    reader.close()

@@ -44,15 +44,16 @@ def spool_files_holding(inst: Installation, text: str) -> list[str]:
 
 
 def _inflated_frames(data: bytes) -> bytes:
-    """Every zlib stream found in the file, inflated (a deflated record's body)."""
+    """Every deflated record found in the file, inflated: a 0xC1 byte and a 4-byte length, then
+    raw deflate (recording/trace.py), tried wherever a 0xC1 byte stands."""
     out = []
-    start = data.find(b"\x78")
+    start = data.find(b"\xc1")
     while start != -1:
         try:
-            out.append(zlib.decompressobj().decompress(data[start:]))
+            out.append(zlib.decompressobj(-15).decompress(data[start + 5:]))
         except zlib.error:
             pass
-        start = data.find(b"\x78", start + 1)
+        start = data.find(b"\xc1", start + 1)
     return b"".join(out)
 
 

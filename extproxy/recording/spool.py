@@ -57,8 +57,9 @@ file that no writer took within EXTPROXY_SPOOL_SEGMENT_SECONDS with zeros (renam
 wait leaves the shadow's tail, which may read a stored segment after the recorder, the slack a
 writer's reuse always left it. A writer finishes a segment whose first record is that old, full
 or not (SpoolSettings.segment_seconds), so that a trickle of calls does not keep stored records
-in an open segment for hours, and at a clean stop (nothing waits for it to come back). The
-segment it starts then is empty; a restarted writer writes it from its start.
+in an open segment for hours, and at a clean stop (nothing waits for it to come back), its own
+last segment or, when it wrote none, its predecessor's (a killed one's). The segment it starts
+then is empty; a restarted writer writes it from its start.
 
 Durability (EXTPROXY_SPOOL_FSYNC): a record is in the spool once write() returned; a SIGKILL
 of either process loses nothing written. What a power loss or kernel crash can lose:

@@ -331,13 +331,19 @@ class SpoolWriter:
             os.close(self._lock_fd)  # the next writer may claim this directory
 
     def _finish_for_the_recorder(self) -> None:
-        """At a clean stop, start the next segment (left empty) after one that holds records: the
+        """At a clean stop, start the next segment (left empty) after the directory's last one
+        when that holds records, this writer's or, when it wrote none, its predecessor's (the
+        recorder's claim of a killed process's directory, abandoned.py, ends that one so): the
         recorder retires a segment once a newer one exists, so the last one of a process that
         is not started again would keep its calls' bodies as received on disk for good. A
         restarted writer writes the empty one from its start (__init__)."""
         seg = self._segment
-        if seg is None or seg.failed or not seg.end:
+        if seg is not None and (seg.failed or not seg.end):
             return
+        if seg is None:
+            last = segments(self.directory)[-1:]
+            if not last or not _holds_bytes(self.directory / segment_name(last[0])):
+                return
         try:
             self._rotate(self.seq + 1)
         except OSError as exc:  # the disk: the segment stays as it is, read and stored all the same
