@@ -8,6 +8,7 @@ without its writer taking it, and a segment a trickle of calls would keep open i
 that age, so that it is retired too."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import signal
@@ -414,7 +415,7 @@ def test_a_free_file_is_zeroed_once_due_and_meanwhile_the_shadows_tail_still_rea
     tail = SpoolTail(tmp_path / "spool")
     assert [seq_of(i.entry.payload) for i in tail.read(1) if i.entry] == [1]  # it holds segment 1 open
 
-    reader = SpoolReader(tmp_path / "spool", zero_after=0.3)  # EXTPROXY_SPOOL_SEGMENT_SECONDS
+    reader = SpoolReader(tmp_path / "spool", zero_after=60)  # EXTPROXY_SPOOL_SEGMENT_SECONDS
     assert len(reader.read(10, 1 << 20).entries) == 3
     reader.commit()
     free = writer.directory / "00000000000000000001.free"
@@ -422,7 +423,8 @@ def test_a_free_file_is_zeroed_once_due_and_meanwhile_the_shadows_tail_still_rea
     assert payload(2, 100) in free.read_bytes()  # not due yet
     assert [seq_of(i.entry.payload) for i in tail.read(1) if i.entry] == [2]  # the tail's slack
 
-    time.sleep(0.35)
+    reader.zeroer.zero_after = 0.05  # rather than a minute's wait: due once 0.05 s passed
+    time.sleep(0.06)
     reader.zero_free()
     assert free.read_bytes() == bytes(frame_bytes(100, 100))
     assert [seq_of(i.entry.payload) for i in tail.read(10) if i.entry] == [3]
@@ -498,16 +500,17 @@ def test_a_segment_that_could_not_be_zeroed_is_deleted_not_kept(tmp_path, monkey
 
 
 def test_a_segment_whose_first_record_is_old_enough_is_finished_and_retired_without_more_calls(tmp_path):
-    writer = SpoolWriter(settings(tmp_path, segment_seconds=0.2))
+    writer = SpoolWriter(settings(tmp_path, segment_seconds=60))
     writer.append([b"secret-1"])
     writer.append([b"secret-2"])  # the same segment: neither full nor old
     reader = SpoolReader(tmp_path / "spool")
     assert [e.payload for e in reader.read(10, 1 << 20).entries] == [b"secret-1", b"secret-2"]
     reader.commit()
     writer.finish_aged()
-    assert segments(writer.directory) == [1]  # not yet: its first record is younger than 0.2 s
+    assert segments(writer.directory) == [1]  # not yet: its first record is younger than 60 s
 
-    time.sleep(0.25)
+    writer.settings = dataclasses.replace(writer.settings, segment_seconds=0.05)  # rather than a minute's wait
+    time.sleep(0.06)
     writer.finish_aged()  # as the spool-writer does when it has nothing to append
     assert segments(writer.directory) == [1, 3]  # the next one starts now, numbered for the next record
     writer.finish_aged()
