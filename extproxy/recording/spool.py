@@ -196,6 +196,11 @@ def free_files(directory: Path) -> list[int]:
     return _numbered(directory, FREE_SUFFIX)
 
 
+def zeroing_files(directory: Path) -> list[int]:
+    """The numbers of free files the recorder was zeroing when it stopped (zeroing.py)."""
+    return _numbered(directory, ZEROING_SUFFIX)
+
+
 def undrained_extents(directory: Path, cursor: Cursor, data_end: tuple[int, int] | None = None
                       ) -> list[tuple[int, Path, int, int]]:
     """The segments of a writer directory not yet stored, from `cursor` on: (first sequence

@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from .spool import ZEROING_SUFFIX, free_files, free_name, zeroing_name
+from .spool import free_files, free_name, zeroing_files, zeroing_name
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ class FreeFileZeroer:
         self._unzeroed: dict[tuple[Path, int], float] = {}
         for directory in (p for p in root.iterdir() if p.is_dir()):
             self._unzeroed.update(((directory, first), float("-inf")) for first in free_files(directory))
-            for leftover in directory.glob("*" + ZEROING_SUFFIX):
-                self._zero(directory, int(leftover.name[: -len(ZEROING_SUFFIX)]), leftover)
+            for first in zeroing_files(directory):
+                self._zero(directory, first, directory / zeroing_name(first))
 
     def freed(self, directory: Path, first: int) -> None:
         """Segment `first` of `directory` was renamed to a free file just now."""
